@@ -1,0 +1,32 @@
+# Two commands do all the set-up on a fresh machine with python3.11 and make:
+#   make demo   — the main job (creates .venv when missing)
+#   make test   — the whole test suite (creates .venv when missing)
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test lock clean
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/bepo-jax demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -n 2 -q
+
+# Re-lock after changing dependencies in pyproject.toml.
+lock:
+	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv
+	.lockvenv/bin/pip install --quiet --upgrade pip
+	.lockvenv/bin/pip install --quiet ".[dev]"
+	.lockvenv/bin/pip freeze --exclude bepo-jax | grep -v '^-e' > requirements.lock
+	rm -rf .lockvenv
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,76 @@
+"""Shared machinery for the frozen, keyword-only estimator configs.
+
+Every config is a frozen dataclass registered as a JAX pytree: numeric knobs
+(gamma, lam, w, ...) are *data* leaves, so sweeping them under ``jax.jit`` does not
+recompile; structural choices (norm, solver, ...) are *static* metadata, so each
+choice compiles once. Validation runs in ``__post_init__`` whenever a field holds a
+plain Python value (that is, when a user builds the config); inside a trace the
+leaves are tracers and are left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any, Iterable
+
+import jax
+
+
+def _is_concrete_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_choice(cls_name: str, field: str, value: Any, choices: Iterable[str]) -> None:
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(
+            f"{cls_name}.{field}={value!r} is not valid; use one of {', '.join(map(repr, choices))}."
+        )
+
+
+def check_range(
+    cls_name: str,
+    field: str,
+    value: Any,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+) -> None:
+    """Check ``lo <= value <= hi`` (``lo < value`` when ``lo_open``) for Python numbers."""
+    if isinstance(value, bool):
+        raise ValueError(f"{cls_name}.{field} must be a number, got the bool {value!r}.")
+    if not _is_concrete_number(value):
+        return  # a tracer or an array inside a transformation: nothing to check here
+    v = float(value)
+    if v != v or v in (float("inf"), float("-inf")):
+        raise ValueError(f"{cls_name}.{field} must be finite, got {value!r}.")
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        bound = f"> {lo}" if lo_open else f">= {lo}"
+        raise ValueError(f"{cls_name}.{field}={value!r} is out of range; it must be {bound}.")
+    if hi is not None and v > hi:
+        raise ValueError(f"{cls_name}.{field}={value!r} is out of range; it must be <= {hi}.")
+
+
+def check_int(cls_name: str, field: str, value: Any, *, lo: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{cls_name}.{field} must be an int, got {type(value).__name__} {value!r}.")
+    if value < lo:
+        raise ValueError(f"{cls_name}.{field}={value!r} is out of range; it must be >= {lo}.")
+
+
+def pytree_config(*, static: Iterable[str]):
+    """Class decorator: frozen keyword-only dataclass + pytree with ``static`` meta fields."""
+    static = tuple(static)
+
+    def wrap(cls):
+        cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = set(static) - set(names)
+        if unknown:
+            raise TypeError(f"{cls.__name__}: static fields {sorted(unknown)} are not fields")
+        data = [n for n in names if n not in static]
+        return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=list(static))
+
+    return wrap

@@ -1,0 +1,72 @@
+"""Build a padded ``StepBatch`` from readable trajectories (for notebooks, demos, tests).
+
+    batch = batch_from_trajectories([
+        [Trajectory(["s0", "s1"], [0, 10], SUCCESS),      # group 0, trajectory 0
+         Trajectory(["s0", "s2"], [0, 0], FAILURE)],
+    ])
+
+Observations are hashed with ``hash_observations``; groups and trajectories are
+padded to the largest K and T (padding trajectories are empty, outcome FAILURE).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from .hashing import hash_observation
+from .types import FAILURE, NUM_OUTCOMES, StepBatch
+
+
+@dataclasses.dataclass(frozen=True)
+class Trajectory:
+    """One trajectory: the observation before each step, each step's reward, the outcome."""
+
+    observations: Sequence[Any]
+    rewards: Sequence[float]
+    outcome: int
+    penalties: Optional[Sequence[float]] = None
+
+    def __post_init__(self):
+        if len(self.observations) != len(self.rewards):
+            raise ValueError(
+                f"Trajectory has {len(self.observations)} observations but {len(self.rewards)} rewards; "
+                "give one observation (the one before the step) per step."
+            )
+        if self.penalties is not None and len(self.penalties) != len(self.rewards):
+            raise ValueError("Trajectory.penalties must have one entry per step.")
+        if not 0 <= int(self.outcome) < NUM_OUTCOMES:
+            raise ValueError(f"Trajectory.outcome={self.outcome!r}; use SUCCESS (0), FAILURE (1) or TRUNCATED (2).")
+
+
+def batch_from_trajectories(groups: Sequence[Sequence[Trajectory]], *, num_steps: Optional[int] = None,
+                            group_size: Optional[int] = None) -> StepBatch:
+    """Pad ``groups`` into a StepBatch of shape [len(groups), K, T]."""
+    if not groups:
+        raise ValueError("batch_from_trajectories needs at least one group.")
+    K = max(len(g) for g in groups) if group_size is None else group_size
+    T = max(max((len(t.rewards) for t in g), default=0) for g in groups) if num_steps is None else num_steps
+    K, T = max(K, 1), max(T, 1)
+    B = len(groups)
+    obs_key = np.zeros((B, K, T, 2), np.uint32)
+    reward = np.zeros((B, K, T), np.float32)
+    penalty = np.zeros((B, K, T), np.float32)
+    mask = np.zeros((B, K, T), bool)
+    outcome = np.full((B, K), FAILURE, np.int32)
+    for b, group in enumerate(groups):
+        if len(group) > K:
+            raise ValueError(f"group {b} has {len(group)} trajectories, more than group_size={K}.")
+        for k, traj in enumerate(group):
+            L = len(traj.rewards)
+            if L > T:
+                raise ValueError(f"group {b} trajectory {k} has {L} steps, more than num_steps={T}.")
+            for t, o in enumerate(traj.observations):
+                obs_key[b, k, t] = hash_observation(o)
+            reward[b, k, :L] = traj.rewards
+            if traj.penalties is not None:
+                penalty[b, k, :L] = traj.penalties
+            mask[b, k, :L] = True
+            outcome[b, k] = traj.outcome
+    return StepBatch(obs_key=obs_key, reward=reward, mask=mask, outcome=outcome, penalty=penalty)

@@ -1,0 +1,129 @@
+"""Gated-BEPO: confidence-gated Bellman credit assignment (arXiv 2608.06861; SPEC section 4).
+
+Per group, with edge reward r_i = reward_i + penalty_i:
+
+1. empirical graph over the group's distinct observations (``graph.build_graph``);
+2. V = mean-backup Bellman fixed point, V(s) = mean_{(r, s') in E(s)} [r + gamma V(s')]
+   (``fixed_point.bellman_fixed_point``, initialised at the Monte-Carlo means);
+3. delta_i = r_i + gamma V(s'_i) - V(s_i);   A_FP_t = delta_t + gamma lam A_FP_{t+1};
+4. rho(s) = 1 iff E(s) has >= min_successors distinct successor nodes
+   (or distinct (r, s') pairs with gate_on="reward_successor");
+5. A_i = eta_i A_out_i + w rho(s_i) A_FP_i / scale,  eta_i = eta_gated if rho else 1;
+6. scale = std of A_FP over the group's gated records + eps (norm="mean_std"), 1 (norm="mean").
+
+Steps 3-6 are [reconstructed] (the paper text stops at step 2): every choice is a
+config field. A group whose observations never repeat has A_FP = 0 and A = A_out.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .._config import check_choice, check_int, check_range, pytree_config
+from ..fixed_point import SOLVERS, bellman_fixed_point
+from ..graph import build_graph, gather_node
+from ..returns import discounted_returns, gae
+from ..stats import STD_DDOF, masked_moments, segment_moments
+from ..types import GatedBEPOOutput, StepBatch
+from ._common import NORMS, STDS, WEIGHTINGS, entry_point, per_group, stop_gradient
+from .grpo import outcome_advantage
+
+GATE_ON = ("successor", "reward_successor")
+
+
+@pytree_config(static=("norm", "weighting", "std", "min_successors", "gate_on", "max_iters", "solver"))
+class GatedBEPOConfig:
+    """Gated-BEPO settings (SPEC section 4 defaults).
+
+    gamma: discount in [0, 1] (0.95).
+    lam: GAE lambda in [0, 1] (0.5) [reconstructed; the SPEC's prototype favoured 0.5 over 0.95].
+    w: weight of the fixed-point credit at gated states (1.0).
+    eta_gated: weight kept by the outcome credit at gated states (0.5) [reconstructed].
+    norm: "mean_std" (default) or "mean"; the outcome term's norm and whether A_FP is
+      rescaled by its gated std [reconstructed].
+    weighting: outcome statistics over records ("step", default) or trajectories.
+    std: "unbiased" (default) or "population", for every std taken.
+    eps: added to every sigma (1e-6).
+    min_successors: distinct successors a state needs to be gated (2).
+    gate_on: "successor" (distinct successor nodes, default) or "reward_successor"
+      (distinct (r, s') pairs) [reconstructed].
+    tol: relative tolerance of the Jacobi stopping rule (1e-6).
+    max_iters: Jacobi sweep cap (1000); 0 keeps the Monte-Carlo initialisation.
+    solver: "dense" (default), "sparse" or "solve"; all agree.
+    """
+
+    gamma: float = 0.95
+    lam: float = 0.5
+    w: float = 1.0
+    eta_gated: float = 0.5
+    norm: str = "mean_std"
+    weighting: str = "step"
+    std: str = "unbiased"
+    eps: float = 1e-6
+    min_successors: int = 2
+    gate_on: str = "successor"
+    tol: float = 1e-6
+    max_iters: int = 1000
+    solver: str = "dense"
+
+    def __post_init__(self):
+        name = "GatedBEPOConfig"
+        check_range(name, "gamma", self.gamma, lo=0.0, hi=1.0)
+        check_range(name, "lam", self.lam, lo=0.0, hi=1.0)
+        check_range(name, "w", self.w)
+        check_range(name, "eta_gated", self.eta_gated)
+        check_choice(name, "norm", self.norm, NORMS)
+        check_choice(name, "weighting", self.weighting, WEIGHTINGS)
+        check_choice(name, "std", self.std, STDS)
+        check_range(name, "eps", self.eps, lo=0.0)
+        check_int(name, "min_successors", self.min_successors, lo=1)
+        check_choice(name, "gate_on", self.gate_on, GATE_ON)
+        check_range(name, "tol", self.tol, lo=0.0)
+        check_int(name, "max_iters", self.max_iters, lo=0)
+        check_choice(name, "solver", self.solver, SOLVERS)
+
+
+def _group(obs_key, reward, mask, outcome, penalty, config: GatedBEPOConfig):
+    r = jnp.where(mask, reward + penalty, 0.0)
+    graph = build_graph(obs_key, mask, outcome, r if config.gate_on == "reward_successor" else None)
+    n = graph.num_slots
+    src = graph.state.reshape(n)
+
+    # Monte-Carlo initialisation: V^0(s) = mean of the discounted returns at s.
+    g = discounted_returns(r, mask, config.gamma)
+    _, v0, _ = segment_moments(g.reshape(n), mask.reshape(n), src, n, ddof=0)
+    fp = bellman_fixed_point(graph, r, v0, config.gamma, tol=config.tol,
+                             max_iters=config.max_iters, solver=config.solver)
+
+    value = jnp.where(mask, gather_node(fp.value, graph.state), 0.0)
+    td = jnp.where(mask, r + config.gamma * gather_node(fp.value, graph.succ) - value, 0.0)
+    a_fp = gae(td, mask, config.gamma, config.lam)
+
+    gate = mask & (gather_node(graph.num_successors.astype(jnp.float32), graph.state) >= config.min_successors)
+    a_out = outcome_advantage(reward, penalty, mask, norm=config.norm, weighting=config.weighting,
+                              std=config.std, eps=config.eps)
+    if config.norm == "mean_std":
+        count, _, sd = masked_moments(a_fp, gate, ddof=STD_DDOF[config.std])
+        scale = jnp.where(count > 1, sd, 1.0) + config.eps  # one gated record: sigma = 1 (SPEC s.2 rule)
+    else:
+        scale = jnp.ones((), jnp.float32)
+    eta = jnp.where(gate, config.eta_gated, 1.0)
+    adv = jnp.where(mask, eta * a_out + config.w * jnp.where(gate, a_fp / scale, 0.0), 0.0)
+    return GatedBEPOOutput(
+        advantage=adv, value=value, gate=gate, a_fp=a_fp, a_out=a_out, td=td, fp_scale=scale,
+        iterations=fp.iterations, converged=fp.converged, num_states=graph.num_states,
+    )
+
+
+def gated_bepo_kernel(batch: StepBatch, config: GatedBEPOConfig) -> GatedBEPOOutput:
+    """The jittable Gated-BEPO kernel on a validated batch (no host checks)."""
+    return stop_gradient(per_group(_group, batch, config))
+
+
+_gated_bepo_jit = jax.jit(gated_bepo_kernel)
+
+
+def gated_bepo(batch: StepBatch, config: GatedBEPOConfig = GatedBEPOConfig(), *, check: bool = True) -> GatedBEPOOutput:
+    """Gated-BEPO advantage (SPEC section 4); see ``GatedBEPOOutput`` for the fields."""
+    return entry_point(_gated_bepo_jit, batch, config, GatedBEPOConfig, check=check)

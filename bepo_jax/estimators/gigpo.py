@@ -1,0 +1,100 @@
+"""GiGPO: group-in-group advantage (Feng et al., arXiv 2505.10978; SPEC section 3).
+
+    A_i = A^E_i + omega * A^S_i
+
+A^E is the outcome advantage of SPEC section 2 (``grpo.outcome_advantage``). The step
+term compares records that share an anchor state (equal ``obs_key`` within a group):
+with step return  y_i = G_i + penalty_i  (G_i = sum_l gamma^l reward_{t+l}; the penalty
+is not propagated back),
+
+    A^S_i = y_i - mu_{s_i}                            (norm="mean")
+    A^S_i = (y_i - mu_{s_i}) / (sigma_{s_i} + eps)    (norm="mean_std")
+
+over the records of the step group s_i; a singleton step group gets A^S = 0
+(verl-agent ``step_norm_reward``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from .._config import check_choice, check_range, pytree_config
+from ..graph import state_ids
+from ..returns import discounted_returns
+from ..stats import STD_DDOF, normalise, segment_moments
+from ..types import GiGPOOutput, StepBatch
+from ._common import NORMS, STDS, WEIGHTINGS, entry_point, per_group, stop_gradient
+from .grpo import outcome_advantage
+
+
+@pytree_config(static=("norm", "weighting", "std"))
+class GiGPOConfig:
+    """GiGPO settings (defaults: verl-agent's ``mean_norm`` run scripts).
+
+    gamma: discount of the step return, in [0, 1] (default 0.95).
+    omega: weight of the step term (default 1.0; verl-agent ``step_advantage_w``).
+    norm: "mean" (default) or "mean_std", used by both terms.
+    weighting: episode-term statistics over records ("step", default) or trajectories.
+    std: "unbiased" (default) or "population".
+    eps: added to sigma (default 1e-6).
+    """
+
+    gamma: float = 0.95
+    omega: float = 1.0
+    norm: str = "mean"
+    weighting: str = "step"
+    std: str = "unbiased"
+    eps: float = 1e-6
+
+    def __post_init__(self):
+        check_range("GiGPOConfig", "gamma", self.gamma, lo=0.0, hi=1.0)
+        check_range("GiGPOConfig", "omega", self.omega)
+        check_choice("GiGPOConfig", "norm", self.norm, NORMS)
+        check_choice("GiGPOConfig", "weighting", self.weighting, WEIGHTINGS)
+        check_choice("GiGPOConfig", "std", self.std, STDS)
+        check_range("GiGPOConfig", "eps", self.eps, lo=0.0)
+
+
+def step_group_advantage(
+    y: Float[Array, "K T"],
+    state: Int[Array, "K T"],
+    mask: Bool[Array, "K T"],
+    *,
+    norm: str,
+    std: str,
+    eps,
+) -> Float[Array, "K T"]:
+    """A^S: normalise ``y`` within the step groups given by ``state``; singletons get 0."""
+    n = mask.size
+    ids = state.reshape(n)
+    count, mu, sd = segment_moments(y.reshape(n), mask.reshape(n), ids, n, ddof=STD_DDOF[std])
+    safe = jnp.clip(ids, 0, n - 1)
+    a = normalise(y.reshape(n), mu[safe], sd[safe], norm=norm, eps=eps)
+    a = jnp.where(mask.reshape(n) & (count[safe] > 1), a, 0.0)
+    return a.reshape(mask.shape)
+
+
+def _group(obs_key, reward, mask, outcome, penalty, config: GiGPOConfig):
+    del outcome
+    a_ep = outcome_advantage(reward, penalty, mask, norm=config.norm, weighting=config.weighting,
+                             std=config.std, eps=config.eps)
+    state, _ = state_ids(obs_key, mask)
+    y = discounted_returns(reward, mask, config.gamma) + penalty
+    a_step = step_group_advantage(y, state, mask, norm=config.norm, std=config.std, eps=config.eps)
+    return a_ep + config.omega * a_step, a_ep, a_step
+
+
+def gigpo_kernel(batch: StepBatch, config: GiGPOConfig) -> GiGPOOutput:
+    """The jittable GiGPO kernel on a validated batch (no host checks)."""
+    adv, a_ep, a_step = per_group(_group, batch, config)
+    return stop_gradient(GiGPOOutput(advantage=adv, a_episode=a_ep, a_step=a_step))
+
+
+_gigpo_jit = jax.jit(gigpo_kernel)
+
+
+def gigpo(batch: StepBatch, config: GiGPOConfig = GiGPOConfig(), *, check: bool = True) -> GiGPOOutput:
+    """GiGPO advantage (SPEC section 3); ``.advantage`` float32 [B, K, T]."""
+    return entry_point(_gigpo_jit, batch, config, GiGPOConfig, check=check)

@@ -1,0 +1,143 @@
+"""The empirical state graph of one group, built by sort + segment ops inside jit.
+
+A group has N = K * T record slots. Its nodes are
+
+* source states: the distinct ``obs_key`` values of the valid records, numbered
+  0 .. S-1 in key order (S <= N; ids are group-local, never shared across groups);
+* three typed absorbing nodes END[o] = N + o for o in (SUCCESS, FAILURE, TRUNCATED),
+  with value 0.
+
+Record (k, t) is the edge s_i -> s'_i with s'_i = state(k, t+1) if step t+1 is valid,
+else END[outcome_k]. Padding records get the sentinel id ``N + 3`` (``PAD``) as both
+source and successor; segment sums over [0, N) drop them.
+
+Everything here works on one group; estimators ``vmap`` it over the B groups.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, UInt32
+
+from .types import NUM_OUTCOMES
+
+
+class GroupGraph(NamedTuple):
+    """One group's empirical graph (SPEC section 4, step 1).
+
+    state:          source state id of each record in [0, S), ``N + 3`` at padding  [K, T]
+    succ:           successor node: a state id, ``N + outcome`` for END, ``N + 3`` at padding  [K, T]
+    valid:          the record mask  [K, T]
+    num_states:     S, the number of distinct source states  []
+    out_count:      |E(s)|, records leaving each state slot (0 for unused slots)  [N]
+    num_successors: distinct successors (or distinct (r, s') pairs) per state  [N]
+    """
+
+    state: Int[Array, "K T"]
+    succ: Int[Array, "K T"]
+    valid: Bool[Array, "K T"]
+    num_states: Int[Array, ""]
+    out_count: Float[Array, "N"]
+    num_successors: Int[Array, "N"]
+
+    @property
+    def num_slots(self) -> int:
+        """N = K * T, the static number of state slots."""
+        return self.valid.size
+
+
+def _sorted_runs(keys: Sequence[Array], valid: Bool[Array, "N"]):
+    """Sort records by (invalid last, *keys); flag the first record of every run of equal keys.
+
+    Returns (perm, sorted_keys, start) where ``start[j]`` is true iff sorted record j
+    is valid and differs from sorted record j-1 in some key.
+    """
+    n = valid.shape[0]
+    operands = ((~valid).astype(jnp.uint32), *keys, jnp.arange(n, dtype=jnp.int32))
+    out = jax.lax.sort(operands, num_keys=1 + len(keys))
+    invalid_s, keys_s, perm = out[0], out[1:-1], out[-1]
+    differs = jnp.zeros((n,), bool).at[0].set(True)
+    for k in keys_s:
+        differs = differs.at[1:].set(differs[1:] | (k[1:] != k[:-1]))
+    return perm, keys_s, differs & (invalid_s == 0)
+
+
+def dense_ids(keys: Sequence[Array], valid: Bool[Array, "N"], pad_id: int) -> tuple[Int[Array, "N"], Int[Array, ""]]:
+    """Number the distinct key tuples of the valid records 0 .. S-1 (in key order).
+
+    Invalid records get ``pad_id``. Returns (ids, S).
+    """
+    perm, _, start = _sorted_runs(keys, valid)
+    ids_sorted = jnp.cumsum(start.astype(jnp.int32)) - 1
+    valid_sorted = valid[perm]
+    ids_sorted = jnp.where(valid_sorted, ids_sorted, pad_id)
+    ids = jnp.zeros_like(ids_sorted).at[perm].set(ids_sorted)
+    return ids, jnp.sum(start.astype(jnp.int32))
+
+
+def count_distinct(
+    segment: Int[Array, "N"], keys: Sequence[Array], valid: Bool[Array, "N"], num_segments: int
+) -> Int[Array, "S"]:
+    """Number of distinct ``keys`` tuples among the valid records of each segment."""
+    seg_key = segment.astype(jnp.uint32)
+    perm, keys_s, start = _sorted_runs((seg_key, *keys), valid)
+    return jax.ops.segment_sum(start.astype(jnp.int32), keys_s[0].astype(jnp.int32), num_segments)
+
+
+def float_key(x: Float[Array, "N"]) -> UInt32[Array, "N"]:
+    """Bit pattern of a float32 as a sort key (+0.0 and -0.0 map to one key)."""
+    return jax.lax.bitcast_convert_type(x.astype(jnp.float32) + 0.0, jnp.uint32)
+
+
+def state_ids(obs_key: UInt32[Array, "K T 2"], mask: Bool[Array, "K T"]) -> tuple[Int[Array, "K T"], Int[Array, ""]]:
+    """Group-local ids of the source states (merge records with equal 64-bit keys)."""
+    K, T = mask.shape
+    n = K * T
+    flat = obs_key.reshape(n, 2)
+    ids, count = dense_ids((flat[:, 0], flat[:, 1]), mask.reshape(n), pad_id=n + NUM_OUTCOMES)
+    return ids.reshape(K, T), count
+
+
+def successor_ids(state: Int[Array, "K T"], mask: Bool[Array, "K T"], outcome: Int[Array, "K"]) -> Int[Array, "K T"]:
+    """s'_i = state(k, t+1) if step t+1 is valid, else END[outcome_k] = N + outcome_k."""
+    K, T = mask.shape
+    n = K * T
+    nxt_state = jnp.concatenate([state[:, 1:], jnp.zeros((K, 1), state.dtype)], axis=1)
+    nxt_valid = jnp.concatenate([mask[:, 1:], jnp.zeros((K, 1), bool)], axis=1)
+    end = (n + outcome.astype(state.dtype))[:, None]
+    succ = jnp.where(nxt_valid, nxt_state, end)
+    return jnp.where(mask, succ, n + NUM_OUTCOMES)
+
+
+def build_graph(
+    obs_key: UInt32[Array, "K T 2"],
+    mask: Bool[Array, "K T"],
+    outcome: Int[Array, "K"],
+    edge_reward: Float[Array, "K T"] | None = None,
+) -> GroupGraph:
+    """Build one group's graph.
+
+    ``num_successors`` counts distinct successor nodes per state, or distinct
+    (r, s') pairs when ``edge_reward`` is given (``gate_on="reward_successor"``).
+    """
+    K, T = mask.shape
+    n = K * T
+    state, num_states = state_ids(obs_key, mask)
+    succ = successor_ids(state, mask, outcome)
+    valid = mask.reshape(n)
+    src = state.reshape(n)
+    out_count = jax.ops.segment_sum(valid.astype(jnp.float32), src, n)
+    keys = [succ.reshape(n).astype(jnp.uint32)]
+    if edge_reward is not None:
+        keys.append(float_key(edge_reward.reshape(n)))
+    num_successors = count_distinct(src, keys, valid, n)
+    return GroupGraph(state, succ, mask, num_states, out_count, num_successors)
+
+
+def gather_node(values: Float[Array, "N"], node: Int[Array, "..."]) -> Float[Array, "..."]:
+    """values[node] for state nodes; 0 for END nodes and padding (V(END) = 0)."""
+    n = values.shape[0]
+    return jnp.where(node < n, values[jnp.clip(node, 0, n - 1)], 0.0)

@@ -1,0 +1,56 @@
+"""Masked segment statistics, written once for every estimator.
+
+For segment s with valid members x_i:  n_s = |{i : seg_i = s}|,
+mu_s = (1/n_s) sum_i x_i,  sigma_s = sqrt( sum_i (x_i - mu_s)^2 / (n_s - ddof) ),
+computed in two passes (mean first, then squared deviations) for accuracy.
+``ddof = 1`` is the unbiased (torch default, verl-agent) convention, ``ddof = 0``
+the population one. Segments with ``n_s <= ddof`` get sigma_s = 0; callers apply the
+singleton rules of SPEC sections 2-3 on top.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+STD_DDOF = {"unbiased": 1, "population": 0}
+
+
+def segment_moments(
+    x: Float[Array, "N"],
+    valid: Bool[Array, "N"],
+    segment_ids: Int[Array, "N"],
+    num_segments: int,
+    *,
+    ddof: int,
+) -> tuple[Float[Array, "S"], Float[Array, "S"], Float[Array, "S"]]:
+    """Return (count, mean, std) per segment over the valid entries.
+
+    Invalid entries (and ids outside [0, num_segments)) contribute nothing.
+    """
+    x = jnp.where(valid, x, 0.0)
+    w = valid.astype(x.dtype)
+    count = jax.ops.segment_sum(w, segment_ids, num_segments)
+    safe = jnp.maximum(count, 1.0)
+    mean = jax.ops.segment_sum(x, segment_ids, num_segments) / safe
+    dev = jnp.where(valid, x - mean[jnp.clip(segment_ids, 0, num_segments - 1)], 0.0)
+    ss = jax.ops.segment_sum(dev * dev, segment_ids, num_segments)
+    var = jnp.where(count > ddof, ss / jnp.maximum(count - ddof, 1.0), 0.0)
+    return count, mean, jnp.sqrt(var)
+
+
+def masked_moments(
+    x: Float[Array, "..."], valid: Bool[Array, "..."], *, ddof: int
+) -> tuple[Float[Array, ""], Float[Array, ""], Float[Array, ""]]:
+    """(count, mean, std) of ``x`` over ``valid`` — one segment holding everything."""
+    flat = x.reshape(-1)
+    n, mu, sd = segment_moments(flat, valid.reshape(-1), jnp.zeros(flat.shape, jnp.int32), 1, ddof=ddof)
+    return n[0], mu[0], sd[0]
+
+
+def normalise(x, mean, std, *, norm: str, eps):
+    """``x - mean`` (norm="mean") or ``(x - mean) / (std + eps)`` (norm="mean_std")."""
+    if norm == "mean":
+        return x - mean
+    return (x - mean) / (std + eps)

@@ -1,0 +1,256 @@
+"""The data model (SPEC section 1): ``StepBatch``, outcome codes, estimator outputs,
+and host-side validation that turns bad input into a ``ValueError`` naming the field
+and the fix.
+
+A batch holds B groups; a group holds K trajectories sampled from one initial state
+of one task; each trajectory is padded to T steps. Record i = (b, k, t) with
+``mask[b, k, t]``; ``mask`` is a valid *prefix* of length L_k (possibly 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, UInt32
+
+SUCCESS: int = 0
+FAILURE: int = 1
+TRUNCATED: int = 2
+OUTCOME_NAMES = ("SUCCESS", "FAILURE", "TRUNCATED")
+NUM_OUTCOMES = len(OUTCOME_NAMES)
+
+# jaxtyping aliases used across the package.
+Keys = UInt32[Array, "B K T 2"]
+PerRecord = Float[Array, "B K T"]
+RecordMask = Bool[Array, "B K T"]
+Outcomes = Int[Array, "B K"]
+
+
+def _pytree(cls):
+    cls = dataclasses.dataclass(frozen=True)(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    return jax.tree_util.register_dataclass(cls, data_fields=names, meta_fields=[])
+
+
+@_pytree
+class StepBatch:
+    """B groups x K trajectories x T padded steps (SPEC section 1).
+
+    Attributes:
+      obs_key: uint32 [B, K, T, 2] — 64-bit content hash of the observation *before*
+        step t, as two uint32 words (see ``hash_observations`` / ``hash_tokens``).
+      reward: float32 [B, K, T] — environment reward of step t.
+      mask: bool [B, K, T] — valid steps, a prefix of length L_k per trajectory.
+      outcome: int32 [B, K] — ``SUCCESS`` (0), ``FAILURE`` (1) or ``TRUNCATED`` (2).
+      penalty: float32 [B, K, T] or None — per-step local penalty (<= 0 in
+        verl-agent's use); ``None`` means zeros.
+
+    The class is a pytree, so it passes through ``jax.jit``/``vmap``/``shard_map``.
+    Host entry points validate it with ``check_batch``.
+    """
+
+    obs_key: Keys
+    reward: PerRecord
+    mask: RecordMask
+    outcome: Outcomes
+    penalty: Optional[PerRecord] = None
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(B, K, T)."""
+        return tuple(self.mask.shape)  # type: ignore[return-value]
+
+    def penalty_or_zeros(self) -> PerRecord:
+        return jnp.zeros_like(self.reward) if self.penalty is None else self.penalty
+
+
+def _is_tracer(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _as_array(name: str, x: Any):
+    if x is None:
+        raise ValueError(f"StepBatch.{name} is None; pass an array (see SPEC section 1).")
+    if isinstance(x, (jax.Array, np.ndarray)) or _is_tracer(x):
+        return x
+    try:
+        return np.asarray(x)
+    except Exception as err:  # ragged lists and the like
+        raise ValueError(f"StepBatch.{name} could not be turned into an array ({err}); pass a padded array.") from err
+
+
+def _check_shape(name: str, x, expected: tuple[int, ...], what: str) -> None:
+    if tuple(x.shape) != expected:
+        raise ValueError(
+            f"StepBatch.{name} has shape {tuple(x.shape)}, expected {expected} ({what}); "
+            "every field must share the mask's [B, K, T] layout."
+        )
+
+
+def _check_real(name: str, x) -> None:
+    dt = np.dtype(x.dtype)
+    if dt == np.bool_ or not (np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer)):
+        raise ValueError(
+            f"StepBatch.{name} has dtype {dt}; it must be a real number array "
+            f"(it is cast to float32), e.g. {name}.astype(np.float32)."
+        )
+
+
+def check_batch(batch: StepBatch, *, values: bool = True) -> StepBatch:
+    """Validate ``batch`` and return it with canonical dtypes.
+
+    Shapes and dtypes are always checked. When ``values`` is true and the arrays are
+    concrete (not tracers inside a user's ``jit``), values are checked too: masks are
+    prefixes, rewards and penalties are finite on valid steps, outcome codes are 0, 1
+    or 2. Every failure raises ``ValueError`` naming the field and the fix.
+
+    Returns a ``StepBatch`` with reward/penalty float32, mask bool, outcome int32.
+    """
+    if not isinstance(batch, StepBatch):
+        raise ValueError(
+            f"expected a bepo_jax.StepBatch, got {type(batch).__name__}; build one with "
+            "StepBatch(obs_key=..., reward=..., mask=..., outcome=..., penalty=None)."
+        )
+    mask = _as_array("mask", batch.mask)
+    if mask.ndim != 3:
+        raise ValueError(f"StepBatch.mask must have shape [B, K, T], got {tuple(mask.shape)}.")
+    if np.dtype(mask.dtype) != np.bool_:
+        raise ValueError(
+            f"StepBatch.mask has dtype {np.dtype(mask.dtype)}; it must be bool (valid steps), "
+            "e.g. mask.astype(bool)."
+        )
+    B, K, T = mask.shape
+    if min(B, K, T) < 1:
+        raise ValueError(f"StepBatch.mask has an empty axis {tuple(mask.shape)}; B, K and T must all be >= 1.")
+
+    obs_key = _as_array("obs_key", batch.obs_key)
+    _check_shape("obs_key", obs_key, (B, K, T, 2), "[B, K, T, 2]: a 64-bit key as two uint32 words")
+    if np.dtype(obs_key.dtype) != np.uint32:
+        raise ValueError(
+            f"StepBatch.obs_key has dtype {np.dtype(obs_key.dtype)}; it must be uint32 [B, K, T, 2]. "
+            "Use bepo_jax.hash_observations(obs) for raw observations, hash_tokens(tokens, mask) "
+            "for token arrays, or split_key64(keys_uint64)."
+        )
+    reward = _as_array("reward", batch.reward)
+    _check_shape("reward", reward, (B, K, T), "[B, K, T]")
+    _check_real("reward", reward)
+    outcome = _as_array("outcome", batch.outcome)
+    _check_shape("outcome", outcome, (B, K), "[B, K]: one code per trajectory")
+    if not np.issubdtype(np.dtype(outcome.dtype), np.integer):
+        raise ValueError(
+            f"StepBatch.outcome has dtype {np.dtype(outcome.dtype)}; it must be an integer array of "
+            "SUCCESS (0) / FAILURE (1) / TRUNCATED (2)."
+        )
+    penalty = batch.penalty
+    if penalty is not None:
+        penalty = _as_array("penalty", penalty)
+        _check_shape("penalty", penalty, (B, K, T), "[B, K, T]")
+        _check_real("penalty", penalty)
+
+    if values and not any(_is_tracer(x) for x in (mask, reward, outcome, penalty)):
+        _check_values(np.asarray(mask), np.asarray(reward), np.asarray(outcome),
+                      None if penalty is None else np.asarray(penalty))
+
+    return StepBatch(
+        obs_key=jnp.asarray(obs_key),
+        reward=jnp.asarray(reward, dtype=jnp.float32),
+        mask=jnp.asarray(mask),
+        outcome=jnp.asarray(outcome, dtype=jnp.int32),
+        penalty=None if penalty is None else jnp.asarray(penalty, dtype=jnp.float32),
+    )
+
+
+def _first(where: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(where)[0])
+
+
+def _check_values(mask: np.ndarray, reward: np.ndarray, outcome: np.ndarray,
+                  penalty: Optional[np.ndarray]) -> None:
+    gap = mask[..., 1:] & ~mask[..., :-1]
+    if gap.any():
+        b, k, t = _first(gap)
+        raise ValueError(
+            f"StepBatch.mask is not a prefix at group {b}, trajectory {k}: step {t + 1} is valid but "
+            f"step {t} is not. Left-align each trajectory's valid steps (mask[b, k] = t < L_k)."
+        )
+    for name, arr in (("reward", reward), ("penalty", penalty)):
+        if arr is None:
+            continue
+        bad = mask & ~np.isfinite(arr.astype(np.float64))
+        if bad.any():
+            b, k, t = _first(bad)
+            raise ValueError(
+                f"StepBatch.{name} is not finite at valid step (group {b}, trajectory {k}, step {t}): "
+                f"{arr[b, k, t]!r}. Replace NaN/inf before computing advantages."
+            )
+        big = mask & (np.abs(arr.astype(np.float64)) > np.finfo(np.float32).max)
+        if big.any():
+            b, k, t = _first(big)
+            raise ValueError(f"StepBatch.{name} at (group {b}, trajectory {k}, step {t}) overflows float32.")
+    bad = (outcome < 0) | (outcome >= NUM_OUTCOMES)
+    if bad.any():
+        b, k = _first(bad)
+        raise ValueError(
+            f"StepBatch.outcome[{b}, {k}] = {int(outcome[b, k])} is not an outcome code; use "
+            "SUCCESS (0), FAILURE (1) or TRUNCATED (2)."
+        )
+
+
+def split_key64(keys: Any) -> np.ndarray:
+    """uint64 keys [...] -> uint32 [..., 2] (high word, low word), on the host."""
+    keys = np.asarray(keys)
+    if keys.dtype != np.uint64:
+        raise ValueError(f"split_key64 expects uint64 keys, got {keys.dtype}.")
+    return np.stack([(keys >> np.uint64(32)).astype(np.uint32), keys.astype(np.uint32)], axis=-1)
+
+
+# ----------------------------------------------------------------------------------
+# Outputs. All are frozen pytrees; every per-record field is 0 at padding.
+
+
+@_pytree
+class GRPOOutput:
+    """``advantage``: float32 [B, K, T], the group-relative outcome advantage."""
+
+    advantage: PerRecord
+
+
+@_pytree
+class GiGPOOutput:
+    """``advantage`` = ``a_episode`` + omega * ``a_step`` (all float32 [B, K, T])."""
+
+    advantage: PerRecord
+    a_episode: PerRecord
+    a_step: PerRecord
+
+
+@_pytree
+class GatedBEPOOutput:
+    """Gated-BEPO output (SPEC section 4).
+
+    advantage: A_i = eta_i A_out_i + w rho(s_i) A_FP_i / scale  [B, K, T]
+    value:     V(s_i), the fixed-point value of the record's source state  [B, K, T]
+    gate:      rho(s_i) (bool)  [B, K, T]
+    a_fp:      the GAE of the TD residuals, before the mean_std scale  [B, K, T]
+    a_out:     the outcome advantage (SPEC section 2)  [B, K, T]
+    td:        delta_i = r_i + gamma V(s'_i) - V(s_i)  [B, K, T]
+    fp_scale:  the divisor applied to a_fp (std of gated a_fp + eps; 1 for norm="mean")  [B]
+    iterations: Jacobi sweeps used per group  [B]
+    converged:  whether the group met the tolerance within max_iters  [B]
+    num_states: distinct source states per group  [B]
+    """
+
+    advantage: PerRecord
+    value: PerRecord
+    gate: RecordMask
+    a_fp: PerRecord
+    a_out: PerRecord
+    td: PerRecord
+    fp_scale: Float[Array, "B"]
+    iterations: Int[Array, "B"]
+    converged: Bool[Array, "B"]
+    num_states: Int[Array, "B"]

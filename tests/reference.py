@@ -1,0 +1,206 @@
+"""Plain NumPy / Python-loop reference implementations of SPEC sections 2-4.
+
+Deliberately written as the SPEC reads — dicts keyed by observation, loops over
+records, float64 — and independent of the package's kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+N_OUT = 3
+
+
+def _std(values, ddof):
+    n = len(values)
+    if n - ddof <= 0:
+        return 0.0
+    mu = sum(values) / n
+    return math.sqrt(sum((v - mu) ** 2 for v in values) / (n - ddof))
+
+
+def _ddof(std):
+    return {"unbiased": 1, "population": 0}[std]
+
+
+def lengths(mask):
+    return [int(m.sum()) for m in mask]
+
+
+def ref_returns(rewards, gamma):
+    out, run = [0.0] * len(rewards), 0.0
+    for t in reversed(range(len(rewards))):
+        run = rewards[t] + gamma * run
+        out[t] = run
+    return out
+
+
+def ref_outcome(reward, penalty, mask, *, norm, weighting, std, eps):
+    """SPEC section 2 for one group [K, T]."""
+    K, T = mask.shape
+    L = lengths(mask)
+    R = [float(sum(reward[k, : L[k]])) for k in range(K)]
+    if weighting == "step":
+        pool = [R[k] + float(penalty[k, t]) for k in range(K) for t in range(L[k])]
+    else:
+        pool = [R[k] for k in range(K) if L[k] > 0]
+    out = np.zeros((K, T))
+    if not pool:
+        return out
+    if len(pool) == 1:
+        mu, sd = 0.0, 1.0
+    else:
+        mu, sd = sum(pool) / len(pool), _std(pool, _ddof(std))
+    for k in range(K):
+        for t in range(L[k]):
+            s = R[k] + float(penalty[k, t])
+            out[k, t] = s - mu if norm == "mean" else (s - mu) / (sd + eps)
+    return out
+
+
+def ref_step_groups(values, keys, mask, *, norm, std, eps):
+    """GiGPO's A^S: normalise values within equal-key groups; singletons -> 0."""
+    K, T = mask.shape
+    groups = defaultdict(list)
+    for k in range(K):
+        for t in range(int(mask[k].sum())):
+            groups[tuple(keys[k, t])].append((k, t))
+    out = np.zeros((K, T))
+    for members in groups.values():
+        if len(members) == 1:
+            continue
+        vals = [values[k][t] for k, t in members]
+        mu, sd = sum(vals) / len(vals), _std(vals, _ddof(std))
+        for (k, t), v in zip(members, vals):
+            out[k, t] = v - mu if norm == "mean" else (v - mu) / (sd + eps)
+    return out
+
+
+def ref_grpo(batch_np, *, norm, weighting, std, eps):
+    obs, reward, mask, outcome, penalty = batch_np
+    return np.stack([ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+                     for b in range(mask.shape[0])])
+
+
+def ref_gigpo(batch_np, *, gamma, omega, norm, weighting, std, eps):
+    obs, reward, mask, outcome, penalty = batch_np
+    out = []
+    for b in range(mask.shape[0]):
+        K, T = mask[b].shape
+        L = lengths(mask[b])
+        a_ep = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        y = [[g + float(penalty[b][k, t]) for t, g in enumerate(ref_returns(list(map(float, reward[b][k, : L[k]])), gamma))]
+             for k in range(K)]
+        a_st = ref_step_groups(y, obs[b], mask[b], norm=norm, std=std, eps=eps)
+        out.append(a_ep + omega * a_st)
+    return np.stack(out)
+
+
+# ----------------------------------------------------------------------------- BEPO
+
+
+def ref_graph(obs, mask, outcome, r):
+    """Edges of one group: {state: [(r, successor)]}; END nodes are ("END", o)."""
+    K, T = mask.shape
+    L = lengths(mask)
+    edges = defaultdict(list)
+    for k in range(K):
+        for t in range(L[k]):
+            s = tuple(obs[k, t])
+            nxt = tuple(obs[k, t + 1]) if t + 1 < L[k] else ("END", int(outcome[k]))
+            edges[s].append((float(r[k, t]), nxt))
+    return edges
+
+
+def ref_values(edges, mc_init, gamma, *, tol, max_iters, exact):
+    """Jacobi from the MC init with the SPEC's stopping rule, or an exact float64 solve."""
+    states = list(edges)
+    if exact:
+        idx = {s: i for i, s in enumerate(states)}
+        A = np.eye(len(states))
+        rhs = np.zeros(len(states))
+        for s, es in edges.items():
+            for r, nxt in es:
+                rhs[idx[s]] += r / len(es)
+                if nxt in idx:
+                    A[idx[s], idx[nxt]] -= gamma / len(es)
+        sol = np.linalg.solve(A, rhs) if states else np.zeros(0)
+        return {s: sol[idx[s]] for s in states}, None, True
+
+    def sweep(v):
+        return {s: sum(r + gamma * v.get(nxt, 0.0) for r, nxt in es) / len(es) for s, es in edges.items()}
+
+    def small(new, old):
+        if not new:
+            return True
+        scale = 1.0 + max(abs(x) for x in new.values())
+        return max(abs(new[s] - old[s]) for s in new) <= tol * scale
+
+    v = dict(mc_init)
+    done = small(sweep(v), v)
+    k = 0
+    while not done and k < max_iters:
+        new = sweep(v)
+        done = small(new, v)
+        v = new
+        k += 1
+    return v, k, done
+
+
+def ref_gated_bepo(batch_np, *, gamma, lam, w, eta_gated, norm, weighting, std, eps, min_successors,
+                   gate_on, tol, max_iters, exact=False):
+    """SPEC section 4 for every group; returns a dict of [B, K, T] arrays and per-group lists."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    res = {n: np.zeros((B, K, T)) for n in ("advantage", "value", "a_fp", "a_out", "td", "gate")}
+    res["iterations"], res["converged"], res["num_states"] = [], [], []
+    for b in range(B):
+        L = lengths(mask[b])
+        r = np.where(mask[b], (reward[b] + penalty[b]).astype(np.float32), 0.0).astype(np.float64)
+        edges = ref_graph(obs[b], mask[b], outcome[b], r)
+        G = {k: ref_returns(list(r[k, : L[k]]), gamma) for k in range(K)}
+        mc = defaultdict(list)
+        for k in range(K):
+            for t in range(L[k]):
+                mc[tuple(obs[b][k, t])].append(G[k][t])
+        mc_init = {s: sum(v) / len(v) for s, v in mc.items()}
+        V, iters, conv = ref_values(edges, mc_init, gamma, tol=tol, max_iters=max_iters, exact=exact)
+        res["iterations"].append(iters)
+        res["converged"].append(conv)
+        res["num_states"].append(len(edges))
+        if gate_on == "successor":
+            n_succ = {s: len({nxt for _, nxt in es}) for s, es in edges.items()}
+        else:
+            n_succ = {s: len(set(es)) for s, es in edges.items()}
+        a_out = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        gated_fp = []
+        for k in range(K):
+            deltas = []
+            for t in range(L[k]):
+                s = tuple(obs[b][k, t])
+                nxt = tuple(obs[b][k, t + 1]) if t + 1 < L[k] else None
+                v_next = V[nxt] if nxt is not None else 0.0
+                deltas.append(r[k, t] + gamma * v_next - V[s])
+                res["value"][b, k, t] = V[s]
+                res["td"][b, k, t] = deltas[-1]
+                res["gate"][b, k, t] = n_succ[s] >= min_successors
+            acc = 0.0
+            for t in reversed(range(L[k])):
+                acc = deltas[t] + gamma * lam * acc
+                res["a_fp"][b, k, t] = acc
+                if res["gate"][b, k, t]:
+                    gated_fp.append(acc)
+        if norm == "mean_std":
+            scale = (_std(gated_fp, _ddof(std)) if len(gated_fp) > 1 else 1.0) + eps
+        else:
+            scale = 1.0
+        for k in range(K):
+            for t in range(L[k]):
+                g = res["gate"][b, k, t]
+                eta = eta_gated if g else 1.0
+                res["advantage"][b, k, t] = eta * a_out[k, t] + (w * res["a_fp"][b, k, t] / scale if g else 0.0)
+        res["a_out"][b] = a_out
+    return res
