@@ -54,6 +54,10 @@ def check_range(
 
 
 def check_int(cls_name: str, field: str, value: Any, *, lo: int) -> None:
+    if isinstance(value, jax.core.Tracer) or (hasattr(value, "shape") and not isinstance(value, numbers.Integral)
+                                              and getattr(value, "dtype", None) is not None
+                                              and jax.numpy.issubdtype(value.dtype, jax.numpy.integer)):
+        return  # a traced or array value inside a transformation
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{cls_name}.{field} must be an int, got {type(value).__name__} {value!r}.")
     if value < lo:

@@ -8,7 +8,7 @@ state), small enough to read every number.
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Optional, TextIO
 
 import numpy as np
 
@@ -44,8 +44,9 @@ DEMO_GROUPS = {
 
 
 def run_demo(*, bepo: GatedBEPOConfig = GatedBEPOConfig(), gigpo_config: GiGPOConfig = GiGPOConfig(),
-             grpo_config: GRPOConfig = GRPOConfig(), out: TextIO = sys.stdout) -> dict:
+             grpo_config: GRPOConfig = GRPOConfig(), out: Optional[TextIO] = None) -> dict:
     """Print the demo tables; return the raw outputs (for tests and notebooks)."""
+    out = sys.stdout if out is None else out
     names = list(DEMO_GROUPS)
     batch = batch_from_trajectories([DEMO_GROUPS[n] for n in names])
     res = {"grpo": grpo(batch, grpo_config), "gigpo": gigpo(batch, gigpo_config), "gated_bepo": gated_bepo(batch, bepo)}
@@ -53,7 +54,7 @@ def run_demo(*, bepo: GatedBEPOConfig = GatedBEPOConfig(), gigpo_config: GiGPOCo
     mask = np.asarray(batch.mask)
     print(f"Gated-BEPO {bepo}\n", file=out)
     for b, name in enumerate(names):
-        gate = np.asarray(be_gate := res["gated_bepo"].gate)[b]
+        gate = np.asarray(res["gated_bepo"].gate)[b]
         print(f"== group {b}: {name}", file=out)
         print(
             f"   states {int(res['gated_bepo'].num_states[b])}, records {int(mask[b].sum())}, "

@@ -32,7 +32,7 @@ from .grpo import outcome_advantage
 GATE_ON = ("successor", "reward_successor")
 
 
-@pytree_config(static=("norm", "weighting", "std", "min_successors", "gate_on", "max_iters", "solver"))
+@pytree_config(static=("norm", "weighting", "std", "gate_on", "solver"))
 class GatedBEPOConfig:
     """Gated-BEPO settings (SPEC section 4 defaults).
 
