@@ -5,25 +5,21 @@ group of K trajectories) and the baselines it is compared with, as jittable,
 vmappable kernels. See SPEC.md sections 1-6 for the numerics contract.
 """
 
-from .estimators import (
-    GatedBEPOConfig,
-    GiGPOConfig,
-    GRPOConfig,
-    gated_bepo,
-    gated_bepo_kernel,
-    gigpo,
-    gigpo_kernel,
-    grpo,
-    grpo_kernel,
-)
+from .estimators import *  # noqa: F401,F403  (the estimators' __all__)
+from .estimators import __all__ as _estimator_names
+from .builders import Trajectory, batch_from_trajectories
 from .hashing import hash_observation, hash_observations, hash_tokens
+from .integrations.rows import RowIndex, from_rows, to_rows
 from .tokens import to_token_advantages
 from .types import (
     FAILURE,
     SUCCESS,
     TRUNCATED,
+    ConfidenceOutput,
     GatedBEPOOutput,
     GiGPOOutput,
+    GraphDiagnostics,
+    GraphGPOOutput,
     GRPOOutput,
     StepBatch,
     check_batch,
@@ -34,9 +30,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "StepBatch", "SUCCESS", "FAILURE", "TRUNCATED", "check_batch", "split_key64",
-    "GRPOConfig", "GRPOOutput", "grpo", "grpo_kernel",
-    "GiGPOConfig", "GiGPOOutput", "gigpo", "gigpo_kernel",
-    "GatedBEPOConfig", "GatedBEPOOutput", "gated_bepo", "gated_bepo_kernel",
+    "GRPOOutput", "GiGPOOutput", "GraphGPOOutput", "GatedBEPOOutput", "ConfidenceOutput", "GraphDiagnostics",
+    *_estimator_names,
     "hash_observation", "hash_observations", "hash_tokens", "to_token_advantages",
+    "Trajectory", "batch_from_trajectories", "RowIndex", "from_rows", "to_rows",
     "__version__",
 ]

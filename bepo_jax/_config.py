@@ -75,6 +75,40 @@ def pytree_config(*, static: Iterable[str]):
         if unknown:
             raise TypeError(f"{cls.__name__}: static fields {sorted(unknown)} are not fields")
         data = [n for n in names if n not in static]
+        cls.to_dict = _to_dict
+        cls.from_dict = classmethod(_from_dict)
+        cls.replace = _replace
         return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=list(static))
 
     return wrap
+
+
+def _check_fields(cls, names: Iterable[str], what: str) -> None:
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = [n for n in names if n not in valid]
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field {', '.join(map(repr, unknown))} ({what}); "
+                         f"valid fields: {', '.join(valid)}.")
+
+
+def _to_dict(self) -> dict:
+    """The config as a plain dict of Python values (JSON-serialisable)."""
+    out = {}
+    for f in dataclasses.fields(self):
+        v = getattr(self, f.name)
+        out[f.name] = v.item() if hasattr(v, "item") else v
+    return out
+
+
+def _from_dict(cls, d: dict):
+    """Build a validated config from a plain dict; unknown keys raise with the valid ones."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{cls.__name__}.from_dict expects a dict, got {type(d).__name__}.")
+    _check_fields(cls, d, "from_dict")
+    return cls(**d)
+
+
+def _replace(self, **changes):
+    """A copy with ``changes`` applied and validated; unknown fields raise with the valid ones."""
+    _check_fields(type(self), changes, "replace")
+    return dataclasses.replace(self, **changes)

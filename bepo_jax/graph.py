@@ -141,3 +141,47 @@ def gather_node(values: Float[Array, "N"], node: Int[Array, "..."]) -> Float[Arr
     """values[node] for state nodes; 0 for END nodes and padding (V(END) = 0)."""
     n = values.shape[0]
     return jnp.where(node < n, values[jnp.clip(node, 0, n - 1)], 0.0)
+
+
+# Key of "no observation before the start": a history slot before t = 0.
+_START_KEY = (0x5354_4152, 0x5421_0000)
+
+
+def history_keys(obs_key: UInt32[Array, "K T 2"], history: int) -> UInt32[Array, "K T 2"]:
+    """History-aware state keys (HGPO's remedy for aliasing, He et al. 2026).
+
+    key'_t = hash(o_t, o_{t-1}, ..., o_{t-h}) with a fixed START key for t - j < 0, so
+    two records merge only when their last h + 1 observations agree. The observation
+    after an action encodes it in deterministic environments; fold actions into
+    ``obs_key`` yourself when they are not. ``history = 0`` returns ``obs_key``
+    unchanged.
+    """
+    if history == 0:
+        return obs_key
+    from .hashing import hash_tokens  # local import: hashing does not depend on graph
+
+    K, T, _ = obs_key.shape
+    start = jnp.broadcast_to(jnp.asarray(_START_KEY, jnp.uint32), (K, history, 2))
+    padded = jnp.concatenate([start, obs_key], axis=1)  # [K, h + T, 2]
+    window = jnp.stack([padded[:, history - j: history - j + T] for j in range(history + 1)], axis=2)
+    words = window.reshape(K, T, 2 * (history + 1))
+    return hash_tokens(words, jnp.ones(words.shape, bool))
+
+
+def graph_diagnostics(graph: GroupGraph, credited: Bool[Array, "K T"], iterations, converged):
+    """Per-group numbers of ``types.GraphDiagnostics`` (as a tuple, in its field order)."""
+    n = graph.num_slots
+    valid = graph.valid
+    records = jnp.maximum(jnp.sum(valid), 1).astype(jnp.float32)
+    visits = gather_node(graph.out_count, graph.state)
+    singleton = jnp.sum(valid & (visits == 1)) / records
+    credited_share = jnp.sum(credited & valid) / records
+    used = jnp.arange(n) < graph.num_states
+    degree = jnp.sum(jnp.where(used, graph.num_successors, 0)) / jnp.maximum(graph.num_states, 1)
+    return (graph.num_states, singleton, credited_share, degree.astype(jnp.float32),
+            jnp.asarray(iterations, jnp.int32), jnp.asarray(converged, bool))
+
+
+def in_shared_state(graph: GroupGraph) -> Bool[Array, "K T"]:
+    """Records whose state was visited more than once in the group (non-singleton step groups)."""
+    return graph.valid & (gather_node(graph.out_count, graph.state) > 1)

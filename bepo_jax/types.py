@@ -213,6 +213,26 @@ def split_key64(keys: Any) -> np.ndarray:
 
 
 @_pytree
+class GraphDiagnostics:
+    """What a user checks when graph credit looks wrong, per group [B].
+
+    num_states:      distinct source states
+    singleton_share: share of records whose state was visited once (no comparison possible)
+    gated_share:     share of records that received step credit (gate on / non-singleton step group)
+    mean_out_degree: mean number of distinct successors per state (as the gate counts them)
+    iterations:      fixed-point / shortest-path sweeps (0 where none is run)
+    converged:       whether that iteration met its stopping rule
+    """
+
+    num_states: Int[Array, "B"]
+    singleton_share: Float[Array, "B"]
+    gated_share: Float[Array, "B"]
+    mean_out_degree: Float[Array, "B"]
+    iterations: Int[Array, "B"]
+    converged: Bool[Array, "B"]
+
+
+@_pytree
 class GRPOOutput:
     """``advantage``: float32 [B, K, T], the group-relative outcome advantage."""
 
@@ -226,6 +246,7 @@ class GiGPOOutput:
     advantage: PerRecord
     a_episode: PerRecord
     a_step: PerRecord
+    diagnostics: GraphDiagnostics
 
 
 @_pytree
@@ -254,3 +275,27 @@ class GatedBEPOOutput:
     iterations: Int[Array, "B"]
     converged: Bool[Array, "B"]
     num_states: Int[Array, "B"]
+    diagnostics: GraphDiagnostics
+
+
+@_pytree
+class GraphGPOOutput:
+    """GraphGPO output: ``advantage`` = beta_G ``a_graph`` + beta_E ``a_episode``;
+    ``distance`` = d(s'_i), the shortest-path length from the record's successor to SUCCESS."""
+
+    advantage: PerRecord
+    a_graph: PerRecord
+    a_episode: PerRecord
+    distance: PerRecord
+    diagnostics: GraphDiagnostics
+
+
+@_pytree
+class ConfidenceOutput:
+    """Confidence-discounted returns (SPEC section 7): ``advantage`` = R_t - V(s_t)."""
+
+    advantage: PerRecord
+    returns: PerRecord
+    baseline: PerRecord
+    confidence: PerRecord
+    diagnostics: GraphDiagnostics

@@ -151,7 +151,7 @@ def ref_values(edges, mc_init, gamma, *, tol, max_iters, exact):
 
 
 def ref_gated_bepo(batch_np, *, gamma, lam, w, eta_gated, norm, weighting, std, eps, min_successors,
-                   gate_on, tol, max_iters, exact=False):
+                   gate_on, tol, max_iters, exact=False, gate_all=False):
     """SPEC section 4 for every group; returns a dict of [B, K, T] arrays and per-group lists."""
     obs, reward, mask, outcome, penalty = batch_np
     B, K, T = mask.shape
@@ -186,7 +186,7 @@ def ref_gated_bepo(batch_np, *, gamma, lam, w, eta_gated, norm, weighting, std, 
                 deltas.append(r[k, t] + gamma * v_next - V[s])
                 res["value"][b, k, t] = V[s]
                 res["td"][b, k, t] = deltas[-1]
-                res["gate"][b, k, t] = n_succ[s] >= min_successors
+                res["gate"][b, k, t] = gate_all or n_succ[s] >= min_successors
             acc = 0.0
             for t in reversed(range(L[k])):
                 acc = deltas[t] + gamma * lam * acc
@@ -204,3 +204,64 @@ def ref_gated_bepo(batch_np, *, gamma, lam, w, eta_gated, norm, weighting, std, 
                 res["advantage"][b, k, t] = eta * a_out[k, t] + (w * res["a_fp"][b, k, t] / scale if g else 0.0)
         res["a_out"][b] = a_out
     return res
+
+
+# ----------------------------------------------------------------------- GraphGPO
+
+
+def ref_graphgpo(batch_np, *, omega_g, scale, beta_g, beta_e, norm, weighting, std, eps):
+    """Breadth-first shortest paths to SUCCESS on a dict graph, then GiGPO-style step groups."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    adv = np.zeros((B, K, T))
+    dist = np.zeros((B, K, T))
+    for b in range(B):
+        r = np.where(mask[b], reward[b] + penalty[b], 0.0)
+        edges = ref_graph(obs[b], mask[b], outcome[b], r)
+        succ = ("END", 0)
+        nodes = set(edges) | {nxt for es in edges.values() for _, nxt in es} | {("END", 0), ("END", 1), ("END", 2)}
+        rev = defaultdict(set)
+        for s, es in edges.items():
+            for _, nxt in es:
+                rev[nxt].add(s)
+        has_success = any(nxt == succ for es in edges.values() for _, nxt in es)
+        d = {succ: 0}
+        frontier = [succ]
+        while frontier:
+            nxt_frontier = []
+            for v in frontier:
+                for u in rev[v]:
+                    if u not in d:
+                        d[u] = d[v] + 1
+                        nxt_frontier.append(u)
+            frontier = nxt_frontier
+        far = max(d.values()) + 1
+        for v in nodes:
+            d.setdefault(v, far)
+        if not has_success:
+            d = {v: 1 for v in nodes}
+        y = [[0.0] * T for _ in range(K)]
+        for k in range(K):
+            L = int(mask[b, k].sum())
+            for t in range(L):
+                nxt = tuple(obs[b, k, t + 1]) if t + 1 < L else ("END", int(outcome[b, k]))
+                dist[b, k, t] = d[nxt]
+                y[k][t] = scale * omega_g ** d[nxt]
+        a_g = ref_step_groups(y, obs[b], mask[b], norm=norm, std=std, eps=eps)
+        a_e = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        adv[b] = beta_g * a_g + beta_e * a_e
+    return adv, dist
+
+
+def ref_confidence_returns(batch_np, values, conf, gamma):
+    """R_t = r_t + c_t gamma R_{t+1};  A_t = R_t - V(s_t)."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    adv = np.zeros((B, K, T))
+    for b in range(B):
+        for k in range(K):
+            acc = 0.0
+            for t in reversed(range(int(mask[b, k].sum()))):
+                acc = float(reward[b, k, t] + penalty[b, k, t]) + conf[b, k, t] * gamma * acc
+                adv[b, k, t] = acc - values[b, k, t]
+    return adv

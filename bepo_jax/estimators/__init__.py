@@ -1,11 +1,23 @@
-"""Advantage estimators: every one is (StepBatch, Config) -> Output."""
+"""Advantage estimators: every one is (StepBatch, Config) -> Output, listed in ``ESTIMATORS``."""
 
+from .ablations import (GAGPOConfig, bepo_additive, bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate,
+                        bepo_nogate_kernel, gagpo, gagpo_kernel)
 from .bepo import GatedBEPOConfig, gated_bepo, gated_bepo_kernel
+from .confidence import (ConfidenceConfig, ConfidenceHead, confidence_features, confidence_loss,
+                         confidence_returns, confidence_returns_kernel)
 from .gigpo import GiGPOConfig, gigpo, gigpo_kernel, step_group_advantage
+from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
 from .grpo import GRPOConfig, grpo, grpo_kernel, outcome_advantage
+from .registry import ESTIMATORS, Estimator, compute_advantages, get_estimator, make_config
 
 __all__ = [
     "GRPOConfig", "grpo", "grpo_kernel", "outcome_advantage",
     "GiGPOConfig", "gigpo", "gigpo_kernel", "step_group_advantage",
+    "GraphGPOConfig", "graphgpo", "graphgpo_kernel",
+    "GAGPOConfig", "gagpo", "gagpo_kernel",
     "GatedBEPOConfig", "gated_bepo", "gated_bepo_kernel",
+    "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
+    "ConfidenceConfig", "ConfidenceHead", "confidence_features", "confidence_loss", "confidence_returns",
+    "confidence_returns_kernel",
+    "ESTIMATORS", "Estimator", "compute_advantages", "get_estimator", "make_config",
 ]

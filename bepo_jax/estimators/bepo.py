@@ -22,17 +22,17 @@ import jax.numpy as jnp
 
 from .._config import check_choice, check_int, check_range, pytree_config
 from ..fixed_point import SOLVERS, bellman_fixed_point
-from ..graph import build_graph, gather_node
+from ..graph import build_graph, gather_node, graph_diagnostics, history_keys
 from ..returns import discounted_returns, gae
 from ..stats import STD_DDOF, masked_moments, segment_moments
-from ..types import GatedBEPOOutput, StepBatch
+from ..types import GatedBEPOOutput, GraphDiagnostics, StepBatch
 from ._common import NORMS, STDS, WEIGHTINGS, entry_point, per_group, stop_gradient
 from .grpo import outcome_advantage
 
 GATE_ON = ("successor", "reward_successor")
 
 
-@pytree_config(static=("norm", "weighting", "std", "gate_on", "solver"))
+@pytree_config(static=("norm", "weighting", "std", "gate_on", "solver", "history"))
 class GatedBEPOConfig:
     """Gated-BEPO settings (SPEC section 4 defaults).
 
@@ -51,6 +51,8 @@ class GatedBEPOConfig:
     tol: relative tolerance of the Jacobi stopping rule (1e-6).
     max_iters: Jacobi sweep cap (1000); 0 keeps the Monte-Carlo initialisation.
     solver: "dense" (default), "sparse" or "solve"; all agree.
+    history: merge states on the last ``history`` + 1 observations instead of the
+      current one (0, default: the observation alone) — HGPO's remedy for aliasing.
     """
 
     gamma: float = 0.95
@@ -66,6 +68,7 @@ class GatedBEPOConfig:
     tol: float = 1e-6
     max_iters: int = 1000
     solver: str = "dense"
+    history: int = 0
 
     def __post_init__(self):
         name = "GatedBEPOConfig"
@@ -82,11 +85,14 @@ class GatedBEPOConfig:
         check_range(name, "tol", self.tol, lo=0.0)
         check_int(name, "max_iters", self.max_iters, lo=0)
         check_choice(name, "solver", self.solver, SOLVERS)
+        check_int(name, "history", self.history, lo=0)
 
 
-def _group(obs_key, reward, mask, outcome, penalty, config: GatedBEPOConfig):
+def bepo_group(obs_key, reward, mask, outcome, penalty, config: GatedBEPOConfig, *, gate_all: bool = False):
+    """Gated-BEPO on one group. ``gate_all`` sets rho = 1 at every record (bepo_nogate, GAGPO)."""
     r = jnp.where(mask, reward + penalty, 0.0)
-    graph = build_graph(obs_key, mask, outcome, r if config.gate_on == "reward_successor" else None)
+    keys = history_keys(obs_key, config.history)
+    graph = build_graph(keys, mask, outcome, r if config.gate_on == "reward_successor" else None)
     n = graph.num_slots
     src = graph.state.reshape(n)
 
@@ -100,7 +106,11 @@ def _group(obs_key, reward, mask, outcome, penalty, config: GatedBEPOConfig):
     td = jnp.where(mask, r + config.gamma * gather_node(fp.value, graph.succ) - value, 0.0)
     a_fp = gae(td, mask, config.gamma, config.lam)
 
-    gate = mask & (gather_node(graph.num_successors.astype(jnp.float32), graph.state) >= config.min_successors)
+    if gate_all:
+        gate = mask
+    else:
+        n_succ = gather_node(graph.num_successors.astype(jnp.float32), graph.state)
+        gate = mask & (n_succ >= config.min_successors)
     a_out = outcome_advantage(reward, penalty, mask, norm=config.norm, weighting=config.weighting,
                               std=config.std, eps=config.eps)
     if config.norm == "mean_std":
@@ -113,12 +123,13 @@ def _group(obs_key, reward, mask, outcome, penalty, config: GatedBEPOConfig):
     return GatedBEPOOutput(
         advantage=adv, value=value, gate=gate, a_fp=a_fp, a_out=a_out, td=td, fp_scale=scale,
         iterations=fp.iterations, converged=fp.converged, num_states=graph.num_states,
+        diagnostics=GraphDiagnostics(*graph_diagnostics(graph, gate, fp.iterations, fp.converged)),
     )
 
 
 def gated_bepo_kernel(batch: StepBatch, config: GatedBEPOConfig) -> GatedBEPOOutput:
     """The jittable Gated-BEPO kernel on a validated batch (no host checks)."""
-    return stop_gradient(per_group(_group, batch, config))
+    return stop_gradient(per_group(bepo_group, batch, config))
 
 
 _gated_bepo_jit = jax.jit(gated_bepo_kernel)

@@ -20,16 +20,16 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from .._config import check_choice, check_range, pytree_config
-from ..graph import state_ids
+from .._config import check_choice, check_int, check_range, pytree_config
+from ..graph import build_graph, graph_diagnostics, history_keys, in_shared_state
 from ..returns import discounted_returns
 from ..stats import STD_DDOF, normalise, segment_moments
-from ..types import GiGPOOutput, StepBatch
+from ..types import GiGPOOutput, GraphDiagnostics, StepBatch
 from ._common import NORMS, STDS, WEIGHTINGS, entry_point, per_group, stop_gradient
 from .grpo import outcome_advantage
 
 
-@pytree_config(static=("norm", "weighting", "std"))
+@pytree_config(static=("norm", "weighting", "std", "history"))
 class GiGPOConfig:
     """GiGPO settings (defaults: verl-agent's ``mean_norm`` run scripts).
 
@@ -39,6 +39,8 @@ class GiGPOConfig:
     weighting: episode-term statistics over records ("step", default) or trajectories.
     std: "unbiased" (default) or "population".
     eps: added to sigma (default 1e-6).
+    history: step groups on the last ``history`` + 1 observations (0, default: the
+      anchor observation alone, as GiGPO; > 0 is HGPO-style history-aware grouping).
     """
 
     gamma: float = 0.95
@@ -47,8 +49,10 @@ class GiGPOConfig:
     weighting: str = "step"
     std: str = "unbiased"
     eps: float = 1e-6
+    history: int = 0
 
     def __post_init__(self):
+        check_int("GiGPOConfig", "history", self.history, lo=0)
         check_range("GiGPOConfig", "gamma", self.gamma, lo=0.0, hi=1.0)
         check_range("GiGPOConfig", "omega", self.omega)
         check_choice("GiGPOConfig", "norm", self.norm, NORMS)
@@ -77,19 +81,19 @@ def step_group_advantage(
 
 
 def _group(obs_key, reward, mask, outcome, penalty, config: GiGPOConfig):
-    del outcome
     a_ep = outcome_advantage(reward, penalty, mask, norm=config.norm, weighting=config.weighting,
                              std=config.std, eps=config.eps)
-    state, _ = state_ids(obs_key, mask)
+    graph = build_graph(history_keys(obs_key, config.history), mask, outcome)
     y = discounted_returns(reward, mask, config.gamma) + penalty
-    a_step = step_group_advantage(y, state, mask, norm=config.norm, std=config.std, eps=config.eps)
-    return a_ep + config.omega * a_step, a_ep, a_step
+    a_step = step_group_advantage(y, graph.state, mask, norm=config.norm, std=config.std, eps=config.eps)
+    diag = GraphDiagnostics(*graph_diagnostics(graph, in_shared_state(graph), 0, True))
+    return a_ep + config.omega * a_step, a_ep, a_step, diag
 
 
 def gigpo_kernel(batch: StepBatch, config: GiGPOConfig) -> GiGPOOutput:
     """The jittable GiGPO kernel on a validated batch (no host checks)."""
-    adv, a_ep, a_step = per_group(_group, batch, config)
-    return stop_gradient(GiGPOOutput(advantage=adv, a_episode=a_ep, a_step=a_step))
+    adv, a_ep, a_step, diag = per_group(_group, batch, config)
+    return stop_gradient(GiGPOOutput(advantage=adv, a_episode=a_ep, a_step=a_step, diagnostics=diag))
 
 
 _gigpo_jit = jax.jit(gigpo_kernel)

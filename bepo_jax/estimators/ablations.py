@@ -1,0 +1,99 @@
+"""GAGPO and the Gated-BEPO ablations (SPEC section 5), all on the Gated-BEPO kernel.
+
+| name            | change to Gated-BEPO                                                  |
+|-----------------|-----------------------------------------------------------------------|
+| ``bepo_nogate`` | rho = 1 at every record (uniform fixed-weight fusion)                  |
+| ``bepo_mc``     | V = the Monte-Carlo initialisation, no sweeps (isolates the fixed point) |
+| ``bepo_additive`` | eta_gated = 1 (no outcome reduction at gated states)                 |
+| ``gagpo``       | V = MC means, GAE of the TD residuals, no gate: A = A_out + w A_FP     |
+
+GAGPO (Zhu et al. 2026) builds a group return proxy and propagates it with TD/GAE;
+SPEC section 5 fixes its proxy as the per-state mean of the Monte-Carlo returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+
+from .._config import check_choice, check_int, check_range, pytree_config
+from ..types import GatedBEPOOutput, StepBatch
+from ._common import NORMS, STDS, WEIGHTINGS, entry_point, per_group, stop_gradient
+from .bepo import GatedBEPOConfig, bepo_group
+
+
+def _ablation(name: str, doc: str, *, gate_all: bool = False, **forced):
+    def kernel(batch: StepBatch, config: GatedBEPOConfig) -> GatedBEPOOutput:
+        cfg = dataclasses.replace(config, **forced) if forced else config
+        return stop_gradient(per_group(functools.partial(bepo_group, gate_all=gate_all), batch, cfg))
+
+    jitted = jax.jit(kernel)
+
+    def estimator(batch: StepBatch, config: GatedBEPOConfig = GatedBEPOConfig(), *, check: bool = True) -> GatedBEPOOutput:
+        return entry_point(jitted, batch, config, GatedBEPOConfig, check=check)
+
+    for fn, suffix in ((kernel, "_kernel"), (estimator, "")):
+        fn.__name__ = fn.__qualname__ = name + suffix
+        fn.__doc__ = doc + ("\n\nThe jittable kernel (no host checks)." if suffix else
+                            "\n\nTakes a GatedBEPOConfig; returns a GatedBEPOOutput.")
+    return estimator, kernel
+
+
+bepo_nogate, bepo_nogate_kernel = _ablation(
+    "bepo_nogate", "Gated-BEPO with rho = 1 everywhere: A = eta_gated A_out + w A_FP at every record.", gate_all=True)
+bepo_mc, bepo_mc_kernel = _ablation(
+    "bepo_mc", "Gated-BEPO with V = the Monte-Carlo means (max_iters = 0): isolates the fixed point.", max_iters=0)
+bepo_additive, bepo_additive_kernel = _ablation(
+    "bepo_additive", "Gated-BEPO with eta_gated = 1: the outcome credit is not reduced at gated states.", eta_gated=1.0)
+
+
+@pytree_config(static=("norm", "weighting", "std", "history"))
+class GAGPOConfig:
+    """GAGPO settings.
+
+    gamma: discount (0.95). lam: GAE lambda (0.95, the usual GAE default) [reconstructed].
+    w: weight of the temporal term (1.0).
+    norm, weighting, std, eps: as Gated-BEPO (norm "mean_std" rescales A_FP by its std).
+    history: history-aware state keys (0 = the observation alone).
+    """
+
+    gamma: float = 0.95
+    lam: float = 0.95
+    w: float = 1.0
+    norm: str = "mean_std"
+    weighting: str = "step"
+    std: str = "unbiased"
+    eps: float = 1e-6
+    history: int = 0
+
+    def __post_init__(self):
+        name = "GAGPOConfig"
+        check_range(name, "gamma", self.gamma, lo=0.0, hi=1.0)
+        check_range(name, "lam", self.lam, lo=0.0, hi=1.0)
+        check_range(name, "w", self.w)
+        check_choice(name, "norm", self.norm, NORMS)
+        check_choice(name, "weighting", self.weighting, WEIGHTINGS)
+        check_choice(name, "std", self.std, STDS)
+        check_range(name, "eps", self.eps, lo=0.0)
+        check_int(name, "history", self.history, lo=0)
+
+    def as_bepo(self) -> GatedBEPOConfig:
+        """The Gated-BEPO settings GAGPO runs with (MC values, eta = 1; the gate is forced on)."""
+        return GatedBEPOConfig(gamma=self.gamma, lam=self.lam, w=self.w, eta_gated=1.0, norm=self.norm,
+                               weighting=self.weighting, std=self.std, eps=self.eps, max_iters=0,
+                               history=self.history)
+
+
+def gagpo_kernel(batch: StepBatch, config: GAGPOConfig) -> GatedBEPOOutput:
+    """The jittable GAGPO kernel on a validated batch (no host checks)."""
+    return stop_gradient(per_group(functools.partial(bepo_group, gate_all=True), batch, config.as_bepo()))
+
+
+_gagpo_jit = jax.jit(gagpo_kernel)
+
+
+def gagpo(batch: StepBatch, config: GAGPOConfig = GAGPOConfig(), *, check: bool = True) -> GatedBEPOOutput:
+    """GAGPO: A = A_out + w GAE(delta) with V = per-state MC means (SPEC section 5)."""
+    return entry_point(_gagpo_jit, batch, config, GAGPOConfig, check=check)

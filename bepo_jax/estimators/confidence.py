@@ -1,0 +1,169 @@
+"""Confidence-discounted returns (SPEC section 7; the seed-2 variant). Never the default.
+
+    R_t = r_t + c_t gamma R_{t+1},     A_t = R_t - V(s_t)
+
+with V the Gated-BEPO fixed-point value of the record's state (a critic-free
+baseline) and c_t in (0, 1] a confidence that the future beyond step t is worth
+trusting. ``confidence`` picks c:
+
+* ``"constant"`` — c_t = c (default 0.7);
+* ``"gate"``     — c_t = 1 at gated (branching) states, c elsewhere [reconstructed:
+  the graph has evidence about the future only where several successors were seen];
+* ``"given"``    — c_t passed in, e.g. from ``ConfidenceHead`` (a small Flax NNX MLP
+  with a sigmoid output whose bias starts at logit(0.7)), trained with
+  ``confidence_loss``: binary cross-entropy of c_t against the trajectory's success,
+  minus an entropy bonus that keeps c away from 0 and 1 [reconstructed: the seed
+  says only "trained on the group outcome, entropy regulariser"].
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jaxtyping import Array, Bool, Float, Int
+
+from .._config import check_choice, check_int, check_range, pytree_config
+from ..fixed_point import SOLVERS
+from ..returns import discounted_cumsum
+from ..types import SUCCESS, ConfidenceOutput, StepBatch, check_batch
+from ._common import per_group
+from .bepo import GATE_ON, GatedBEPOConfig, bepo_group
+
+CONFIDENCE_SOURCES = ("constant", "gate", "given")
+
+
+@pytree_config(static=("confidence", "gate_on", "solver", "history"))
+class ConfidenceConfig:
+    """Confidence-discounted returns settings.
+
+    gamma: discount (0.95). c: the constant confidence, in (0, 1] (0.7).
+    confidence: "constant" (default), "gate" or "given" (module docstring).
+    min_successors, gate_on, tol, max_iters, solver, history: the fixed-point
+      baseline's graph settings, as Gated-BEPO.
+    """
+
+    gamma: float = 0.95
+    c: float = 0.7
+    confidence: str = "constant"
+    min_successors: int = 2
+    gate_on: str = "successor"
+    tol: float = 1e-6
+    max_iters: int = 1000
+    solver: str = "dense"
+    history: int = 0
+
+    def __post_init__(self):
+        name = "ConfidenceConfig"
+        check_range(name, "gamma", self.gamma, lo=0.0, hi=1.0)
+        check_range(name, "c", self.c, lo=0.0, hi=1.0, lo_open=True)
+        check_choice(name, "confidence", self.confidence, CONFIDENCE_SOURCES)
+        check_int(name, "min_successors", self.min_successors, lo=1)
+        check_choice(name, "gate_on", self.gate_on, GATE_ON)
+        check_range(name, "tol", self.tol, lo=0.0)
+        check_int(name, "max_iters", self.max_iters, lo=0)
+        check_choice(name, "solver", self.solver, SOLVERS)
+        check_int(name, "history", self.history, lo=0)
+
+    def as_bepo(self) -> GatedBEPOConfig:
+        return GatedBEPOConfig(gamma=self.gamma, min_successors=self.min_successors, gate_on=self.gate_on,
+                               tol=self.tol, max_iters=self.max_iters, solver=self.solver, history=self.history)
+
+
+def confidence_returns_kernel(batch: StepBatch, config: ConfidenceConfig,
+                              confidence: Float[Array, "B K T"] | None = None) -> ConfidenceOutput:
+    """The jittable kernel on a validated batch (no host checks)."""
+    base = per_group(bepo_group, batch, config.as_bepo())
+    mask = batch.mask
+    if config.confidence == "constant":
+        conf = jnp.full(mask.shape, config.c, jnp.float32)
+    elif config.confidence == "gate":
+        conf = jnp.where(base.gate, 1.0, config.c)
+    else:
+        conf = jnp.asarray(confidence, jnp.float32)
+    conf = jnp.where(mask, conf, 0.0)
+    r = jnp.where(mask, batch.reward + batch.penalty_or_zeros(), 0.0)
+    # R_t = r_t + (c_t gamma) R_{t+1}
+    ret = discounted_cumsum(r, mask, conf * config.gamma)
+    adv = jnp.where(mask, ret - base.value, 0.0)
+    out = ConfidenceOutput(advantage=adv, returns=ret, baseline=base.value, confidence=conf,
+                           diagnostics=base.diagnostics)
+    return jax.tree_util.tree_map(jax.lax.stop_gradient, out)
+
+
+_confidence_jit = jax.jit(confidence_returns_kernel)
+
+
+def confidence_returns(batch: StepBatch, config: ConfidenceConfig = ConfidenceConfig(),
+                       confidence: Float[Array, "B K T"] | None = None, *, check: bool = True) -> ConfidenceOutput:
+    """Confidence-discounted returns minus the fixed-point baseline (SPEC section 7)."""
+    if not isinstance(config, ConfidenceConfig):
+        raise ValueError(f"config must be a ConfidenceConfig, got {type(config).__name__}.")
+    batch = check_batch(batch, values=check)
+    if config.confidence == "given":
+        if confidence is None:
+            raise ValueError('ConfidenceConfig.confidence="given" needs the confidence array [B, K, T] '
+                             "(e.g. from ConfidenceHead); pass confidence=...")
+        if tuple(np.shape(confidence)) != tuple(batch.mask.shape):
+            raise ValueError(f"confidence has shape {tuple(np.shape(confidence))}, expected {tuple(batch.mask.shape)}.")
+        if check and not isinstance(confidence, jax.core.Tracer):
+            c = np.asarray(confidence, np.float64)[np.asarray(batch.mask)]
+            if not np.all((c > 0) & (c <= 1)):
+                raise ValueError("confidence must lie in (0, 1] on valid steps.")
+    elif confidence is not None:
+        raise ValueError(f'a confidence array was passed but ConfidenceConfig.confidence="{config.confidence}"; '
+                         'set confidence="given" to use it.')
+    return _confidence_jit(batch, config, confidence)
+
+
+# ------------------------------------------------------------------- the learned head
+
+
+def confidence_features(batch: StepBatch, base) -> Float[Array, "B K T 6"]:
+    """Per-record features for ``ConfidenceHead`` from a Gated-BEPO output ``base``:
+    V(s), rho(s), delta, A_out, A_FP and the step's position t / T."""
+    B, K, T = batch.mask.shape
+    pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.float32) / T, (B, K, T))
+    feats = jnp.stack([base.value, base.gate.astype(jnp.float32), base.td, base.a_out, base.a_fp, pos], axis=-1)
+    return jnp.where(batch.mask[..., None], feats, 0.0)
+
+
+class ConfidenceHead(nnx.Module):
+    """c = sigmoid(MLP(features)); the output layer starts at kernel 0, bias logit(c0),
+    so every record starts at confidence c0 (0.7)."""
+
+    def __init__(self, num_features: int = 6, hidden: int = 32, *, c0: float = 0.7, rngs: nnx.Rngs):
+        if not 0.0 < c0 < 1.0:
+            raise ValueError(f"ConfidenceHead c0={c0} must lie in (0, 1).")
+        self.hidden = nnx.Linear(num_features, hidden, rngs=rngs)
+        self.out = nnx.Linear(hidden, 1, kernel_init=nnx.initializers.zeros,
+                              bias_init=nnx.initializers.constant(math.log(c0 / (1.0 - c0))), rngs=rngs)
+
+    def logits(self, features: Float[Array, "... F"]) -> Float[Array, "..."]:
+        return self.out(nnx.relu(self.hidden(features)))[..., 0]
+
+    def __call__(self, features: Float[Array, "... F"]) -> Float[Array, "..."]:
+        return jax.nn.sigmoid(self.logits(features))
+
+
+def confidence_loss(head: ConfidenceHead, features: Float[Array, "B K T F"], mask: Bool[Array, "B K T"],
+                    outcome: Int[Array, "B K"], *, entropy_coef: float = 0.01):
+    """mean over valid records of BCE(c_t, 1[trajectory succeeded]) - entropy_coef * H(c_t).
+
+    Returns (loss, metrics) with metrics {"bce", "entropy", "mean_confidence"}.
+    """
+    logits = head.logits(features)
+    target = jnp.broadcast_to((outcome == SUCCESS)[..., None], mask.shape).astype(jnp.float32)
+    log_p = jax.nn.log_sigmoid(logits)
+    log_q = jax.nn.log_sigmoid(-logits)
+    bce = -(target * log_p + (1.0 - target) * log_q)
+    p = jnp.exp(log_p)
+    entropy = -(p * log_p + (1.0 - p) * log_q)
+    w = mask.astype(jnp.float32)
+    denom = jnp.maximum(w.sum(), 1.0)
+    bce_m = (bce * w).sum() / denom
+    ent_m = (entropy * w).sum() / denom
+    return bce_m - entropy_coef * ent_m, {"bce": bce_m, "entropy": ent_m, "mean_confidence": (p * w).sum() / denom}

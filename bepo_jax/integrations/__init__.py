@@ -1,0 +1,1 @@
+"""Adapters to other trainers' batch layouts."""

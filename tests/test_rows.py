@@ -1,0 +1,141 @@
+"""Row layout (verl-agent style) <-> StepBatch, and GiGPO on rows equal to verl-agent's loops."""
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bepo_jax as bj
+from bepo_jax import FAILURE, SUCCESS, GiGPOConfig, GRPOConfig
+
+
+def verl_gigpo_rows(uid, traj_uid, obs, episode_reward, step_return, *, mean_std, eps=1e-6, omega=1.0):
+    """verl-agent's ``episode_norm_reward`` (compute_mean_std_cross_steps=True) and
+    ``step_norm_reward``, as loops over rows (torch.std is unbiased)."""
+
+    def norm(ids, scores, singleton_mean_zero):
+        by = defaultdict(list)
+        for i, s in zip(ids, scores):
+            by[i].append(s)
+        out = []
+        for i, s in zip(ids, scores):
+            vals = by[i]
+            if len(vals) == 1:
+                mu, sd = (0.0 if singleton_mean_zero else vals[0]), 1.0
+            else:
+                mu = sum(vals) / len(vals)
+                sd = math.sqrt(sum((v - mu) ** 2 for v in vals) / (len(vals) - 1))
+            out.append((s - mu) / (sd + eps) if mean_std else s - mu)
+        return np.array(out)
+
+    a_ep = norm(list(uid), list(episode_reward), True)
+    a_st = norm([(u, o) for u, o in zip(uid, obs)], list(step_return), False)
+    return a_ep + omega * a_st
+
+
+@st.composite
+def row_sets(draw):
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    rows = []
+    n_groups = int(rng.integers(1, 4))
+    for g in range(n_groups):
+        for k in range(int(rng.integers(1, 5))):  # ragged groups
+            L = int(rng.integers(1, 6))
+            outcome = int(rng.integers(0, 3))
+            rewards = rng.choice([0.0, 0.0, 1.0, 10.0], L)
+            pens = rng.choice([0.0, -0.1], L)
+            for t in range(L):
+                rows.append(dict(uid=f"task{g}", traj=f"g{g}t{k}", step=t, obs=f"o{rng.integers(0, 4)}",
+                                 reward=rewards[t], outcome=outcome, penalty=pens[t]))
+    order = rng.permutation(len(rows))  # shuffled row order
+    return [rows[i] for i in order]
+
+
+def _columns(rows):
+    return {c: [r[c] for r in rows] for c in rows[0]}
+
+
+@given(rows=row_sets())
+def test_round_trip_rows_batch_rows_is_exact(rows):
+    c = _columns(rows)
+    batch, index = bj.from_rows(c["uid"], c["traj"], np.array(c["step"]), c["obs"], np.array(c["reward"], np.float32),
+                                np.array(c["outcome"]), np.array(c["penalty"], np.float32))
+    np.testing.assert_array_equal(bj.to_rows(batch.reward, index), np.array(c["reward"], np.float32))
+    np.testing.assert_array_equal(bj.to_rows(batch.penalty, index), np.array(c["penalty"], np.float32))
+    np.testing.assert_array_equal(bj.to_rows(batch.mask, index), True)
+    assert int(np.asarray(batch.mask).sum()) == len(rows)
+    np.testing.assert_array_equal(bj.to_rows(batch.obs_key, index), bj.hash_observations(c["obs"]))
+    for i, r in enumerate(rows):
+        assert index.groups[index.b[i]] == r["uid"] and index.trajectories[index.b[i], index.k[i]] == r["traj"]
+        assert int(np.asarray(batch.outcome)[index.b[i], index.k[i]]) == r["outcome"]
+
+
+@pytest.mark.parametrize("mean_std", [False, True])
+@given(rows=row_sets(), gamma=st.sampled_from([0.5, 0.95]))
+def test_row_gigpo_equals_verl_agent_loops(rows, mean_std, gamma):
+    c = _columns(rows)
+    batch, index = bj.from_rows(c["uid"], c["traj"], np.array(c["step"]), c["obs"], np.array(c["reward"], np.float32),
+                                np.array(c["outcome"]), np.array(c["penalty"], np.float32))
+    norm = "mean_std" if mean_std else "mean"
+    got = bj.to_rows(bj.gigpo(batch, GiGPOConfig(gamma=gamma, norm=norm)).advantage, index)
+    # verl-agent's row fields: the episode score R_k + penalty_i, the step return G_i + penalty_i.
+    traj_rows = defaultdict(list)
+    for i, r in enumerate(rows):
+        traj_rows[r["traj"]].append(i)
+    ep, sr = np.zeros(len(rows)), np.zeros(len(rows))
+    for traj, ids in traj_rows.items():
+        ids = sorted(ids, key=lambda i: rows[i]["step"])
+        R = sum(float(np.float32(rows[i]["reward"])) for i in ids)
+        G = 0.0
+        for i in reversed(ids):
+            G = float(np.float32(rows[i]["reward"])) + gamma * G
+            sr[i] = G + float(np.float32(rows[i]["penalty"]))
+            ep[i] = R + float(np.float32(rows[i]["penalty"]))
+    want = verl_gigpo_rows(c["uid"], c["traj"], c["obs"], ep, sr, mean_std=mean_std)
+    scale = max(1.0, np.abs(want).max())
+    assert np.abs(got - want).max() <= 1e-4 * scale
+
+
+def test_row_layout_spec_vectors():
+    # step returns [10, 0, 5], keys [a, a, b], mean norm, zero episode rewards -> [5, -5, 0]
+    batch, index = bj.from_rows(["u"] * 3, ["t1", "t2", "t3"], np.zeros(3, int), ["a", "a", "b"],
+                                np.array([10.0, 0.0, 5.0], np.float32), np.array([SUCCESS, FAILURE, FAILURE]))
+    np.testing.assert_allclose(bj.to_rows(bj.gigpo(batch).a_step, index), [5, -5, 0], atol=1e-6)
+    # failed 1-step and successful 3-step trajectories (reward 1), step weighting, mean_std -> [-1.5, .5, .5, .5]
+    batch, index = bj.from_rows(["u"] * 4, ["f", "s", "s", "s"], np.array([0, 2, 0, 1]), ["x", "z", "x", "y"],
+                                np.array([0, 1, 0, 0], np.float32), np.array([1, 0, 0, 0]))
+    np.testing.assert_allclose(bj.to_rows(bj.grpo(batch, GRPOConfig()).advantage, index), [-1.5, 0.5, 0.5, 0.5],
+                               atol=1e-5)
+
+
+BAD_ROWS = [
+    (dict(step=[0, 0]), "step 0 of trajectory 'a' appears twice"),
+    (dict(step=[0, 2]), "has step 2 but its trajectory 'a' has 2 rows"),
+    (dict(outcome=[0, 1]), "trajectory 'a' has two outcomes"),
+    (dict(outcome=[5, 5]), "outcome 5"),
+    (dict(reward=[0.0]), "reward has 1 rows, expected 2"),
+    (dict(step=[0.0, 1.0]), "step has dtype float64"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD_ROWS)
+def test_bad_rows(change, message):
+    cols = dict(uid=["u", "u"], traj_uid=["a", "a"], step=[0, 1], obs_key=["x", "y"], reward=[0.0, 1.0], outcome=[0, 0])
+    cols.update(change)
+    cols = {k: np.asarray(v) if k in ("step", "reward", "outcome") else v for k, v in cols.items()}
+    with pytest.raises(ValueError, match=message):
+        bj.from_rows(**cols)
+
+
+def test_traj_uid_in_two_groups_is_an_error():
+    with pytest.raises(ValueError, match="appears in two groups"):
+        bj.from_rows(["u", "v"], ["a", "a"], np.array([0, 1]), ["x", "y"], np.zeros(2), np.zeros(2, int))
+
+
+def test_to_rows_shape_error():
+    batch, index = bj.from_rows(["u"], ["a"], np.array([0]), ["x"], np.zeros(1), np.zeros(1, int))
+    with pytest.raises(ValueError, match="expected \\(1, 1, 1\\)"):
+        bj.to_rows(np.zeros((2, 1, 1)), index)
