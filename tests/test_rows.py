@@ -78,7 +78,8 @@ def test_round_trip_rows_batch_rows_is_exact(rows):
 def test_row_gigpo_equals_verl_agent_loops(rows, mean_std, gamma):
     c = _columns(rows)
     batch, index = bj.from_rows(c["uid"], c["traj"], np.array(c["step"]), c["obs"], np.array(c["reward"], np.float32),
-                                np.array(c["outcome"]), np.array(c["penalty"], np.float32))
+                                np.array(c["outcome"]), np.array(c["penalty"], np.float32), shape=(3, 4, 5))
+    assert batch.mask.shape == (3, 4, 5)
     norm = "mean_std" if mean_std else "mean"
     got = bj.to_rows(bj.gigpo(batch, GiGPOConfig(gamma=gamma, norm=norm)).advantage, index)
     # verl-agent's row fields: the episode score R_k + penalty_i, the step return G_i + penalty_i.
@@ -133,6 +134,11 @@ def test_bad_rows(change, message):
 def test_traj_uid_in_two_groups_is_an_error():
     with pytest.raises(ValueError, match="appears in two groups"):
         bj.from_rows(["u", "v"], ["a", "a"], np.array([0, 1]), ["x", "y"], np.zeros(2), np.zeros(2, int))
+
+
+def test_shape_too_small_is_an_error():
+    with pytest.raises(ValueError, match=r"need shape at least \(1, 2, 1\)"):
+        bj.from_rows(["u", "u"], ["a", "b"], np.array([0, 0]), ["x", "y"], np.zeros(2), np.zeros(2, int), shape=(1, 1, 1))
 
 
 def test_to_rows_shape_error():

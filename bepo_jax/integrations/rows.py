@@ -42,7 +42,8 @@ def _column(name: str, x: Any, n: int) -> np.ndarray:
     return a
 
 
-def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None) -> tuple[StepBatch, RowIndex]:
+def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
+              shape: Optional[tuple[int, int, int]] = None) -> tuple[StepBatch, RowIndex]:
     """Pad rows into a StepBatch.
 
     Args (one entry per row, any order):
@@ -93,6 +94,12 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None) -> tu
     lengths = np.zeros((B, K), np.int64)
     np.add.at(lengths, (b, k), 1)
     T = int(lengths.max())
+    if shape is not None:
+        if len(shape) != 3 or any(want < have for want, have in zip(shape, (B, K, T))):
+            raise ValueError(f"from_rows: the rows need shape at least {(B, K, T)} (groups, trajectories per "
+                             f"group, steps); shape={tuple(shape)} is too small.")
+        B, K, T = (int(x) for x in shape)
+        lengths = np.pad(lengths, ((0, B - lengths.shape[0]), (0, K - lengths.shape[1])))
     t = step.astype(np.int64)
     seen = np.zeros((B, K, T), bool)
     if (t < 0).any() or (t >= lengths[b, k]).any():
