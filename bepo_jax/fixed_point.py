@@ -20,10 +20,18 @@ The initial point is checked first, so an initialisation that already is a fixed
 point costs 0 iterations and ``max_iters = 0`` reports whether V^0 is one.
 
 Solvers (all agree to float32 tolerance):
-  "dense"  — padded [N, N] transition matrix, one matmul per sweep (O(N^2) a sweep);
+  "dense"  — padded [S, S] transition matrix, one matmul per sweep (O(S^2) a sweep);
   "sparse" — the edge list: gather V(s'), segment_sum per sweep (O(N) a sweep);
-  "solve"  — direct LU solve of (I - gamma P) V = Rbar plus one refinement step;
-             ``iterations`` is 1 and ``converged`` is the same test on TV - V.
+  "solve"  — direct LU solve of (I - gamma P) V = Rbar plus one refinement step
+             (O(S^3) once); ``iterations`` is 1 and ``converged`` is the same test on TV - V;
+  "auto"   — "solve" for S <= AUTO_SOLVE_MAX, "dense" for S <= AUTO_DENSE_MAX, else
+             "sparse" (thresholds from experiments/bench_advantages.py).
+
+S is the static state bucket ``max_states`` (default N = K * T, which always fits).
+A group has at most N states but usually far fewer, so a small bucket makes the dense
+and direct solvers cheap. If any group of the batch has more states than the bucket
+(``overflow``), the whole batch is evaluated by the bucket-free sparse solver instead
+(a ``lax.cond``: no cost when nothing overflows) — never a truncated graph.
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .graph import GroupGraph, gather_node
 
-SOLVERS = ("dense", "sparse", "solve")
+SOLVERS = ("dense", "sparse", "solve", "auto")
+AUTO_SOLVE_MAX = 64
+AUTO_DENSE_MAX = 256
 TOL_FLOOR = 8 * float(jnp.finfo(jnp.float32).eps)
 _HI = jax.lax.Precision.HIGHEST  # TPUs default to bf16 passes for f32 matmuls
 
@@ -47,20 +57,31 @@ class FixedPoint(NamedTuple):
     converged: Bool[Array, ""]
 
 
-def _mean_reward(graph: GroupGraph, r: Float[Array, "K T"]) -> Float[Array, "N"]:
-    n = graph.num_slots
-    total = jax.ops.segment_sum(jnp.where(graph.valid, r, 0.0).reshape(n), graph.state.reshape(n), n)
-    return total / jnp.maximum(graph.out_count, 1.0)
+def resolve_solver(solver: str, bucket: int) -> str:
+    """The concrete solver for ``solver`` at state bucket ``bucket`` (static)."""
+    if solver != "auto":
+        return solver
+    if bucket <= AUTO_SOLVE_MAX:
+        return "solve"
+    return "dense" if bucket <= AUTO_DENSE_MAX else "sparse"
 
 
-def transition_matrix(graph: GroupGraph) -> Float[Array, "N N"]:
-    """P(s, s') = #records s -> s' / |E(s)| over state nodes (END columns dropped: V(END) = 0)."""
+def _mean_reward(graph: GroupGraph, r: Float[Array, "K T"], size: int) -> Float[Array, "S"]:
     n = graph.num_slots
+    total = jax.ops.segment_sum(jnp.where(graph.valid, r, 0.0).reshape(n), graph.state.reshape(n), size)
+    return total / jnp.maximum(graph.out_count[:size], 1.0)
+
+
+def transition_matrix(graph: GroupGraph, size: int | None = None) -> Float[Array, "S S"]:
+    """P(s, s') = #records s -> s' / |E(s)| over the first ``size`` state slots (END columns
+    dropped: V(END) = 0). Edges of states beyond ``size`` are dropped: callers check overflow."""
+    n = graph.num_slots
+    size = n if size is None else size
     src = graph.state.reshape(n)
     dst = graph.succ.reshape(n)
-    w = (graph.valid.reshape(n) & (dst < n)).astype(jnp.float32)
-    counts = jnp.zeros((n, n), jnp.float32).at[jnp.clip(src, 0, n - 1), jnp.clip(dst, 0, n - 1)].add(w)
-    return counts / jnp.maximum(graph.out_count, 1.0)[:, None]
+    w = (graph.valid.reshape(n) & (dst < size) & (src < size)).astype(jnp.float32)
+    counts = jnp.zeros((size, size), jnp.float32).at[jnp.clip(src, 0, size - 1), jnp.clip(dst, 0, size - 1)].add(w)
+    return counts / jnp.maximum(graph.out_count[:size], 1.0)[:, None]
 
 
 def _sparse_sweep(graph: GroupGraph, r, gamma):
@@ -78,9 +99,9 @@ def _sparse_sweep(graph: GroupGraph, r, gamma):
     return sweep
 
 
-def _dense_sweep(graph: GroupGraph, r, gamma):
-    p = transition_matrix(graph)
-    rbar = _mean_reward(graph, r)
+def _dense_sweep(graph: GroupGraph, r, gamma, size):
+    p = transition_matrix(graph, size)
+    rbar = _mean_reward(graph, r, size)
     return lambda v: rbar + gamma * jnp.matmul(p, v, precision=_HI)
 
 
@@ -96,16 +117,30 @@ def bellman_fixed_point(
     gamma,
     *,
     tol,
-    max_iters: int,
+    max_iters,
     solver: str,
+    max_states: int = 0,
 ) -> FixedPoint:
-    """Evaluate the empirical chain of ``graph`` with edge rewards ``r`` (see module doc)."""
+    """Evaluate the empirical chain of ``graph`` with edge rewards ``r`` (see module doc).
+
+    ``max_states`` is the static state bucket S of the dense and direct solvers
+    (0: N = K * T). The caller handles overflow (``graph.num_states > S``); see
+    ``bellman_fixed_point_batched``.
+    """
     if solver not in SOLVERS:
         raise ValueError(f"solver={solver!r} is not valid; use one of {SOLVERS}.")
+    n = graph.num_slots
+    size = n if max_states <= 0 else min(max_states, n)
+    solver = resolve_solver(solver, size)
     tol = jnp.maximum(tol, TOL_FLOOR)
     if solver == "solve":
-        return _direct_solve(graph, r, gamma, tol)
-    sweep = (_dense_sweep if solver == "dense" else _sparse_sweep)(graph, r, gamma)
+        fp = _direct_solve(graph, r, gamma, tol, size)
+        return FixedPoint(_pad(fp.value, n), fp.iterations, fp.converged)
+    if solver == "dense":
+        sweep = _dense_sweep(graph, r, gamma, size)
+        v0 = v0[:size]
+    else:
+        sweep = _sparse_sweep(graph, r, gamma)
     done0 = _small_step(sweep(v0), v0, tol)
 
     def cond(carry):
@@ -118,14 +153,39 @@ def bellman_fixed_point(
         return k + 1, v_new, _small_step(v_new, v, tol)
 
     k, v, done = jax.lax.while_loop(cond, body, (jnp.int32(0), v0, done0))
-    return FixedPoint(v, k, done)
+    return FixedPoint(_pad(v, n), k, done)
 
 
-def _direct_solve(graph: GroupGraph, r, gamma, tol) -> FixedPoint:
-    n = graph.num_slots
-    p = transition_matrix(graph)
-    rbar = _mean_reward(graph, r)
-    a = jnp.eye(n, dtype=jnp.float32) - gamma * p
+def _pad(v, n):
+    return v if v.shape[0] == n else jnp.zeros((n,), v.dtype).at[: v.shape[0]].set(v)
+
+
+def bellman_fixed_point_batched(graphs: GroupGraph, r, v0, gamma, *, tol, max_iters, solver: str,
+                                max_states: int = 0) -> tuple[FixedPoint, Bool[Array, "B"]]:
+    """``bellman_fixed_point`` over a batch of groups (leading axis B) with overflow handling.
+
+    Returns (fixed points, overflow [B]). When a group has more states than the bucket,
+    the whole batch runs the bucket-free sparse solver (``lax.cond``, no cost otherwise).
+    """
+    n = graphs.valid.shape[1] * graphs.valid.shape[2]
+    size = n if max_states <= 0 else min(max_states, n)
+    overflow = graphs.num_states > size
+
+    def run(which):
+        fn = lambda g, rr, vv: bellman_fixed_point(g, rr, vv, gamma, tol=tol, max_iters=max_iters,
+                                                   solver=which, max_states=size)
+        return jax.vmap(fn)(graphs, r, v0)
+
+    chosen = resolve_solver(solver, size)
+    if chosen == "sparse" or size == n:
+        return run(chosen), overflow
+    return jax.lax.cond(jnp.any(overflow), lambda: run("sparse"), lambda: run(chosen)), overflow
+
+
+def _direct_solve(graph: GroupGraph, r, gamma, tol, size) -> FixedPoint:
+    p = transition_matrix(graph, size)
+    rbar = _mean_reward(graph, r, size)
+    a = jnp.eye(size, dtype=jnp.float32) - gamma * p
     lu = jax.scipy.linalg.lu_factor(a)
     v = jax.scipy.linalg.lu_solve(lu, rbar)
     v = v + jax.scipy.linalg.lu_solve(lu, rbar - jnp.matmul(a, v, precision=_HI))  # one refinement step

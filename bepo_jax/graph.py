@@ -168,7 +168,7 @@ def history_keys(obs_key: UInt32[Array, "K T 2"], history: int) -> UInt32[Array,
     return hash_tokens(words, jnp.ones(words.shape, bool))
 
 
-def graph_diagnostics(graph: GroupGraph, credited: Bool[Array, "K T"], iterations, converged):
+def graph_diagnostics(graph: GroupGraph, credited: Bool[Array, "K T"], iterations, converged, overflow=False):
     """Per-group numbers of ``types.GraphDiagnostics`` (as a tuple, in its field order)."""
     n = graph.num_slots
     valid = graph.valid
@@ -179,7 +179,7 @@ def graph_diagnostics(graph: GroupGraph, credited: Bool[Array, "K T"], iteration
     used = jnp.arange(n) < graph.num_states
     degree = jnp.sum(jnp.where(used, graph.num_successors, 0)) / jnp.maximum(graph.num_states, 1)
     return (graph.num_states, singleton, credited_share, degree.astype(jnp.float32),
-            jnp.asarray(iterations, jnp.int32), jnp.asarray(converged, bool))
+            jnp.asarray(iterations, jnp.int32), jnp.asarray(converged, bool), jnp.asarray(overflow, bool))
 
 
 def in_shared_state(graph: GroupGraph) -> Bool[Array, "K T"]:

@@ -60,13 +60,16 @@ def masked_moments(
     return n[0], mu[0], sd[0]
 
 
-def normalise(x, mean, std, *, norm: str, eps):
+def normalise(x, mean, std, *, norm: str, eps, constant=None):
     """``x - mean`` (norm="mean") or ``(x - mean) / (std + eps)`` (norm="mean_std").
 
-    Where ``std == 0`` (every value of the segment equal, see ``segment_moments``) the
-    deviation is exactly 0.
+    ``constant``: where true, the deviation is exactly 0 — pass ``std == 0`` when ``x``
+    are the very values the statistics were taken over (every value of the segment
+    equal, see ``segment_moments``), so FMA contraction cannot leave noise behind.
     """
-    dev = jnp.where(std > 0, x - mean, 0.0)
+    dev = x - mean
+    if constant is not None:
+        dev = jnp.where(constant, 0.0, dev)
     if norm == "mean":
         return dev
     return dev / (std + eps)

@@ -222,6 +222,8 @@ class GraphDiagnostics:
     mean_out_degree: mean number of distinct successors per state (as the gate counts them)
     iterations:      fixed-point / shortest-path sweeps (0 where none is run)
     converged:       whether that iteration met its stopping rule
+    overflow:        the group had more states than the solver's bucket ``max_states``
+                     (the batch was then evaluated by the bucket-free sparse solver)
     """
 
     num_states: Int[Array, "B"]
@@ -230,6 +232,7 @@ class GraphDiagnostics:
     mean_out_degree: Float[Array, "B"]
     iterations: Int[Array, "B"]
     converged: Bool[Array, "B"]
+    overflow: Bool[Array, "B"]
 
 
 @_pytree

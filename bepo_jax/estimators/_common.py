@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import warnings
+
 import jax
 
 from ..types import StepBatch, check_batch
@@ -31,7 +33,24 @@ def entry_point(kernel_jit: Callable, batch: StepBatch, config: Any, config_type
             f"build one with {config_type.__name__}(...)."
         )
     batch = check_batch(batch, values=check)
-    return kernel_jit(batch, config)
+    out = kernel_jit(batch, config)
+    if check:
+        warn_on_overflow(out, config)
+    return out
+
+
+def warn_on_overflow(out: Any, config: Any) -> None:
+    """Host-side: say when a group outgrew the solver's state bucket (its batch then ran
+    the sparse solver, so the numbers are right, but the bucket is too small)."""
+    diag = getattr(out, "diagnostics", None)
+    if diag is None or isinstance(diag.overflow, jax.core.Tracer) or not bool(jax.device_get(diag.overflow).any()):
+        return
+    most = int(jax.device_get(diag.num_states).max())
+    warnings.warn(
+        f"{int(jax.device_get(diag.overflow).sum())} group(s) have more states than "
+        f"{type(config).__name__}.max_states={getattr(config, 'max_states', '?')} (up to {most}); the batch was "
+        f"evaluated with the sparse solver instead. Set max_states >= {most} to keep the dense/direct solver.",
+        RuntimeWarning, stacklevel=3)
 
 
 def stop_gradient(tree):

@@ -14,20 +14,19 @@ SPEC section 5 fixes its proxy as the per-state mean of the Monte-Carlo returns.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 
 from .._config import check_choice, check_int, check_range, pytree_config
 from ..types import GatedBEPOOutput, StepBatch
-from ._common import NORMS, STDS, WEIGHTINGS, entry_point, per_group, stop_gradient
-from .bepo import GatedBEPOConfig, bepo_group
+from ._common import NORMS, STDS, WEIGHTINGS, entry_point, stop_gradient
+from .bepo import GatedBEPOConfig, bepo_batch
 
 
 def _ablation(name: str, doc: str, *, gate_all: bool = False, **forced):
     def kernel(batch: StepBatch, config: GatedBEPOConfig) -> GatedBEPOOutput:
         cfg = dataclasses.replace(config, **forced) if forced else config
-        return stop_gradient(per_group(functools.partial(bepo_group, gate_all=gate_all), batch, cfg))
+        return stop_gradient(bepo_batch(batch, cfg, gate_all=gate_all))
 
     jitted = jax.jit(kernel)
 
@@ -88,7 +87,7 @@ class GAGPOConfig:
 
 def gagpo_kernel(batch: StepBatch, config: GAGPOConfig) -> GatedBEPOOutput:
     """The jittable GAGPO kernel on a validated batch (no host checks)."""
-    return stop_gradient(per_group(functools.partial(bepo_group, gate_all=True), batch, config.as_bepo()))
+    return stop_gradient(bepo_batch(batch, config.as_bepo(), gate_all=True))
 
 
 _gagpo_jit = jax.jit(gagpo_kernel)

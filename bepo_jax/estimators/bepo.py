@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from .._config import check_choice, check_int, check_range, pytree_config
-from ..fixed_point import SOLVERS, bellman_fixed_point
+from ..fixed_point import SOLVERS, FixedPoint, bellman_fixed_point_batched
 from ..graph import build_graph, gather_node, graph_diagnostics, history_keys
 from ..returns import discounted_returns, gae
 from ..stats import STD_DDOF, masked_moments, segment_moments
@@ -32,7 +32,7 @@ from .grpo import outcome_advantage
 GATE_ON = ("successor", "reward_successor")
 
 
-@pytree_config(static=("norm", "weighting", "std", "gate_on", "solver", "history"))
+@pytree_config(static=("norm", "weighting", "std", "gate_on", "solver", "history", "max_states"))
 class GatedBEPOConfig:
     """Gated-BEPO settings (SPEC section 4 defaults).
 
@@ -50,7 +50,10 @@ class GatedBEPOConfig:
       (distinct (r, s') pairs) [reconstructed].
     tol: relative tolerance of the Jacobi stopping rule (1e-6).
     max_iters: Jacobi sweep cap (1000); 0 keeps the Monte-Carlo initialisation.
-    solver: "dense" (default), "sparse" or "solve"; all agree.
+    solver: "dense" (default), "sparse", "solve" or "auto" (by bucket size); all agree.
+    max_states: static state bucket S of the dense/direct solvers (0, default: K * T,
+      always enough). A group with more states sends the batch to the sparse solver
+      (``diagnostics.overflow``), never a truncated graph.
     history: merge states on the last ``history`` + 1 observations instead of the
       current one (0, default: the observation alone) — HGPO's remedy for aliasing.
     """
@@ -69,6 +72,7 @@ class GatedBEPOConfig:
     max_iters: int = 1000
     solver: str = "dense"
     history: int = 0
+    max_states: int = 0
 
     def __post_init__(self):
         name = "GatedBEPOConfig"
@@ -86,26 +90,26 @@ class GatedBEPOConfig:
         check_int(name, "max_iters", self.max_iters, lo=0)
         check_choice(name, "solver", self.solver, SOLVERS)
         check_int(name, "history", self.history, lo=0)
+        check_int(name, "max_states", self.max_states, lo=0)
 
 
-def bepo_group(obs_key, reward, mask, outcome, penalty, config: GatedBEPOConfig, *, gate_all: bool = False):
-    """Gated-BEPO on one group. ``gate_all`` sets rho = 1 at every record (bepo_nogate, GAGPO)."""
+def _prepare(obs_key, reward, mask, outcome, penalty, config: GatedBEPOConfig):
+    """Per group: edge rewards, the graph, and the Monte-Carlo initialisation."""
     r = jnp.where(mask, reward + penalty, 0.0)
     keys = history_keys(obs_key, config.history)
     graph = build_graph(keys, mask, outcome, r if config.gate_on == "reward_successor" else None)
     n = graph.num_slots
-    src = graph.state.reshape(n)
-
-    # Monte-Carlo initialisation: V^0(s) = mean of the discounted returns at s.
+    # V^0(s) = mean of the discounted returns of the records at s.
     g = discounted_returns(r, mask, config.gamma)
-    _, v0, _ = segment_moments(g.reshape(n), mask.reshape(n), src, n, ddof=0)
-    fp = bellman_fixed_point(graph, r, v0, config.gamma, tol=config.tol,
-                             max_iters=config.max_iters, solver=config.solver)
+    _, v0, _ = segment_moments(g.reshape(n), mask.reshape(n), graph.state.reshape(n), n, ddof=0)
+    return r, graph, v0
 
+
+def _finish(reward, mask, penalty, r, graph, fp: FixedPoint, overflow, config: GatedBEPOConfig, gate_all: bool):
+    """Per group: TD residuals, GAE, the gate and the mixing."""
     value = jnp.where(mask, gather_node(fp.value, graph.state), 0.0)
     td = jnp.where(mask, r + config.gamma * gather_node(fp.value, graph.succ) - value, 0.0)
     a_fp = gae(td, mask, config.gamma, config.lam)
-
     if gate_all:
         gate = mask
     else:
@@ -123,13 +127,23 @@ def bepo_group(obs_key, reward, mask, outcome, penalty, config: GatedBEPOConfig,
     return GatedBEPOOutput(
         advantage=adv, value=value, gate=gate, a_fp=a_fp, a_out=a_out, td=td, fp_scale=scale,
         iterations=fp.iterations, converged=fp.converged, num_states=graph.num_states,
-        diagnostics=GraphDiagnostics(*graph_diagnostics(graph, gate, fp.iterations, fp.converged)),
+        diagnostics=GraphDiagnostics(*graph_diagnostics(graph, gate, fp.iterations, fp.converged, overflow)),
     )
+
+
+def bepo_batch(batch: StepBatch, config: GatedBEPOConfig, *, gate_all: bool = False) -> GatedBEPOOutput:
+    """Gated-BEPO on every group of ``batch`` (``gate_all``: rho = 1 everywhere, for
+    bepo_nogate and GAGPO). Not stop-gradient; the public kernels wrap it."""
+    r, graph, v0 = per_group(_prepare, batch, config)
+    fp, overflow = bellman_fixed_point_batched(graph, r, v0, config.gamma, tol=config.tol, max_iters=config.max_iters,
+                                               solver=config.solver, max_states=config.max_states)
+    finish = lambda rew, m, p, rr, g, f, o: _finish(rew, m, p, rr, g, f, o, config, gate_all)
+    return jax.vmap(finish)(batch.reward, batch.mask, batch.penalty_or_zeros(), r, graph, fp, overflow)
 
 
 def gated_bepo_kernel(batch: StepBatch, config: GatedBEPOConfig) -> GatedBEPOOutput:
     """The jittable Gated-BEPO kernel on a validated batch (no host checks)."""
-    return stop_gradient(per_group(bepo_group, batch, config))
+    return stop_gradient(bepo_batch(batch, config))
 
 
 _gated_bepo_jit = jax.jit(gated_bepo_kernel)

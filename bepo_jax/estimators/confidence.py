@@ -30,20 +30,19 @@ from .._config import check_choice, check_int, check_range, pytree_config
 from ..fixed_point import SOLVERS
 from ..returns import discounted_cumsum
 from ..types import SUCCESS, ConfidenceOutput, StepBatch, check_batch
-from ._common import per_group
-from .bepo import GATE_ON, GatedBEPOConfig, bepo_group
+from .bepo import GATE_ON, GatedBEPOConfig, bepo_batch
 
 CONFIDENCE_SOURCES = ("constant", "gate", "given")
 
 
-@pytree_config(static=("confidence", "gate_on", "solver", "history"))
+@pytree_config(static=("confidence", "gate_on", "solver", "history", "max_states"))
 class ConfidenceConfig:
     """Confidence-discounted returns settings.
 
     gamma: discount (0.95). c: the constant confidence, in (0, 1] (0.7).
     confidence: "constant" (default), "gate" or "given" (module docstring).
-    min_successors, gate_on, tol, max_iters, solver, history: the fixed-point
-      baseline's graph settings, as Gated-BEPO.
+    min_successors, gate_on, tol, max_iters, solver, history, max_states: the
+      fixed-point baseline's graph settings, as Gated-BEPO.
     """
 
     gamma: float = 0.95
@@ -55,6 +54,7 @@ class ConfidenceConfig:
     max_iters: int = 1000
     solver: str = "dense"
     history: int = 0
+    max_states: int = 0
 
     def __post_init__(self):
         name = "ConfidenceConfig"
@@ -67,16 +67,18 @@ class ConfidenceConfig:
         check_int(name, "max_iters", self.max_iters, lo=0)
         check_choice(name, "solver", self.solver, SOLVERS)
         check_int(name, "history", self.history, lo=0)
+        check_int(name, "max_states", self.max_states, lo=0)
 
     def as_bepo(self) -> GatedBEPOConfig:
         return GatedBEPOConfig(gamma=self.gamma, min_successors=self.min_successors, gate_on=self.gate_on,
-                               tol=self.tol, max_iters=self.max_iters, solver=self.solver, history=self.history)
+                               tol=self.tol, max_iters=self.max_iters, solver=self.solver, history=self.history,
+                               max_states=self.max_states)
 
 
 def confidence_returns_kernel(batch: StepBatch, config: ConfidenceConfig,
                               confidence: Float[Array, "B K T"] | None = None) -> ConfidenceOutput:
     """The jittable kernel on a validated batch (no host checks)."""
-    base = per_group(bepo_group, batch, config.as_bepo())
+    base = bepo_batch(batch, config.as_bepo())
     mask = batch.mask
     if config.confidence == "constant":
         conf = jnp.full(mask.shape, config.c, jnp.float32)

@@ -75,7 +75,7 @@ def step_group_advantage(
     ids = state.reshape(n)
     count, mu, sd = segment_moments(y.reshape(n), mask.reshape(n), ids, n, ddof=STD_DDOF[std])
     safe = jnp.clip(ids, 0, n - 1)
-    a = normalise(y.reshape(n), mu[safe], sd[safe], norm=norm, eps=eps)
+    a = normalise(y.reshape(n), mu[safe], sd[safe], norm=norm, eps=eps, constant=sd[safe] == 0)
     a = jnp.where(mask.reshape(n) & (count[safe] > 1), a, 0.0)
     return a.reshape(mask.shape)
 

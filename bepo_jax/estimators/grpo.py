@@ -68,7 +68,8 @@ def outcome_advantage(
     single = n == 1
     mu = jnp.where(single, 0.0, mu)
     sd = jnp.where(single, 1.0, sd)
-    return jnp.where(mask, normalise(score, mu, sd, norm=norm, eps=eps), 0.0)
+    constant = (sd == 0) if weighting == "step" else None  # stats over the scores themselves
+    return jnp.where(mask, normalise(score, mu, sd, norm=norm, eps=eps, constant=constant), 0.0)
 
 
 def _group(obs_key, reward, mask, outcome, penalty, config: GRPOConfig):

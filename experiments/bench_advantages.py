@@ -1,0 +1,199 @@
+"""Benchmark: the jitted advantage kernels against plain-Python loop implementations.
+
+For each estimator, on grid-room random walks (experiments/gridroom.py) from the
+paper's shape (16 groups x 8 trajectories x 50 steps) up to over a million records:
+records/s, time per record, compile time, XLA's peak-memory estimate, fixed-point
+iterations, and — at the small sizes — the plain-Python reference's time and the
+speed-up, measured in the same run. Writes experiments/results/bench_advantages.{md,json}.
+
+    python experiments/bench_advantages.py            # the full CPU run (~10 min on 2 cores)
+    python experiments/bench_advantages.py --quick    # small sizes only
+    python experiments/bench_advantages.py --backend gpu --out experiments/results/gpu   # < 5 min on one GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import bepo_jax as bj  # noqa: E402
+from experiments.gridroom import grid_room_batch  # noqa: E402
+from tests import reference as ref  # noqa: E402  (the plain-loop implementations the tests check against)
+
+K, T = 8, 50
+BUCKET = 32  # a 5x5 room has 25 cells: every group fits a 32-state bucket
+
+
+def _np_batch(batch):
+    pen = np.zeros(batch.mask.shape, np.float32) if batch.penalty is None else np.asarray(batch.penalty)
+    return (np.asarray(batch.obs_key), np.asarray(batch.reward), np.asarray(batch.mask), np.asarray(batch.outcome), pen)
+
+
+B_DEF = dict(gamma=0.95, lam=0.5, w=1.0, eta_gated=0.5, norm="mean_std", weighting="step", std="unbiased", eps=1e-6,
+             min_successors=2, gate_on="successor", tol=1e-6, max_iters=1000)
+
+# name -> (registry name, config, python reference or None)
+VARIANTS = {
+    "grpo": ("grpo", bj.GRPOConfig(), lambda nb: ref.ref_grpo(nb, norm="mean_std", weighting="step", std="unbiased", eps=1e-6)),
+    "gigpo": ("gigpo", bj.GiGPOConfig(), lambda nb: ref.ref_gigpo(nb, gamma=0.95, omega=1.0, norm="mean", weighting="step",
+                                                                   std="unbiased", eps=1e-6)),
+    "graphgpo": ("graphgpo", bj.GraphGPOConfig(), lambda nb: ref.ref_graphgpo(nb, omega_g=0.2, scale=10.0, beta_g=1.0,
+                                                                                beta_e=1.0, norm="mean", weighting="step",
+                                                                                std="unbiased", eps=1e-6)[0]),
+    "gagpo": ("gagpo", bj.GAGPOConfig(), lambda nb: ref.ref_gated_bepo(nb, **{**B_DEF, "lam": 0.95, "eta_gated": 1.0,
+                                                                             "max_iters": 0}, gate_all=True)["advantage"]),
+    "gated_bepo dense S=N (default)": ("gated_bepo", bj.GatedBEPOConfig(),
+                                       lambda nb: ref.ref_gated_bepo(nb, **B_DEF)["advantage"]),
+    f"gated_bepo dense S={BUCKET}": ("gated_bepo", bj.GatedBEPOConfig(max_states=BUCKET), None),
+    "gated_bepo sparse": ("gated_bepo", bj.GatedBEPOConfig(solver="sparse"), None),
+    f"gated_bepo solve S={BUCKET}": ("gated_bepo", bj.GatedBEPOConfig(solver="solve", max_states=BUCKET), None),
+    f"gated_bepo auto S={BUCKET}": ("gated_bepo", bj.GatedBEPOConfig(solver="auto", max_states=BUCKET), None),
+}
+HEADLINE = f"gated_bepo auto S={BUCKET}"
+
+
+def _time(fn, *, min_reps=5, min_seconds=0.5):
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_reps or time.perf_counter() - start < min_seconds:
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 200:
+            break
+    return statistics.median(times)
+
+
+def bench_one(label, name, cfg, pyref, groups, *, python_max_groups, dense_max_groups):
+    est = bj.ESTIMATORS[name]
+    batch = bj.check_batch(grid_room_batch(groups, K, T, seed=groups))
+    records = int(np.asarray(batch.mask).sum())
+    if "S=N" in label and groups > dense_max_groups:
+        return dict(variant=label, groups=groups, records=records, skipped=f"S=N dense above {dense_max_groups} groups")
+    jitted = jax.jit(est.kernel)
+    t0 = time.perf_counter()
+    compiled = jitted.lower(batch, cfg).compile()
+    compile_s = time.perf_counter() - t0
+    mem = compiled.memory_analysis()
+    peak = None
+    if mem is not None:
+        peak = int(mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes)
+    out = jitted(batch, cfg)
+    jax.block_until_ready(out)
+    sec = _time(lambda: jitted(batch, cfg))
+    row = dict(variant=label, groups=groups, records=records, jax_ms=sec * 1e3, records_per_s=records / sec,
+               us_per_record=sec / records * 1e6, compile_s=compile_s, peak_bytes=peak)
+    diag = getattr(out, "diagnostics", None)
+    if diag is not None:
+        it = np.asarray(diag.iterations)
+        row.update(iters_mean=float(it.mean()), iters_max=int(it.max()), states_mean=float(np.asarray(diag.num_states).mean()),
+                   overflow=bool(np.asarray(diag.overflow).any()), converged=bool(np.asarray(diag.converged).all()))
+    if pyref is not None and groups <= python_max_groups:
+        nb = _np_batch(batch)
+        t0 = time.perf_counter()
+        want = pyref(nb)
+        py_s = time.perf_counter() - t0
+        got = np.asarray(out.advantage, np.float64)
+        err = float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
+        row.update(python_s=py_s, speedup=py_s / sec, max_rel_err_vs_python=err)
+    return row
+
+
+def machine():
+    dev = jax.devices()[0]
+    return dict(platform=platform.platform(), python=platform.python_version(), processor=platform.processor(),
+                cpu_count=os.cpu_count(), jax=jax.__version__, jaxlib=jax.lib.__version__ if hasattr(jax, "lib") else "",
+                numpy=np.__version__, bepo_jax=bj.__version__, backend=jax.default_backend(),
+                device=str(getattr(dev, "device_kind", dev)), device_count=jax.device_count())
+
+
+def write(rows, args, out_dir: Path, wall_s: float):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    info = dict(command=cmd, machine=machine(), k=K, t=T, bucket=BUCKET, wall_s=wall_s, rows=rows)
+    head = [r for r in rows if r["variant"] == HEADLINE and "us_per_record" in r]
+    if head:
+        per = [r["us_per_record"] for r in head]
+        info["headline"] = dict(variant=HEADLINE, records=[r["records"] for r in head], us_per_record=per,
+                                max_over_min_us_per_record=max(per) / min(per),
+                                bytes_per_record=[r["peak_bytes"] / r["records"] if r.get("peak_bytes") else None for r in head])
+    bepo16 = [r for r in rows if r["variant"].startswith("gated_bepo") and r["groups"] == 16 and "speedup" in r]
+    if bepo16:
+        info["gated_bepo_speedup_16x8x50"] = bepo16[0]["speedup"]
+    (out_dir / "bench_advantages.json").write_text(json.dumps(info, indent=2))
+    m = info["machine"]
+    lines = [
+        "# Advantage kernels vs plain-Python loops",
+        "",
+        f"Command: `{cmd}`  ",
+        f"Machine: {m['platform']}, {m['cpu_count']} CPUs, backend {m['backend']} ({m['device']} x{m['device_count']}); "
+        f"Python {m['python']}, JAX {m['jax']}, NumPy {m['numpy']}, bepo_jax {m['bepo_jax']}  ",
+        f"Batch: grid-room random walks (5x5 room, start corner, +10 at the far corner, wall bumps are self-loops), "
+        f"K = {K}, T = {T}; records = valid steps. Wall time {wall_s:.0f} s.",
+        "",
+        "| variant | groups | records | JAX ms | records/s | us/record | compile s | peak MB | iters mean/max | Python s | speed-up |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "skipped" in r:
+            lines.append(f"| {r['variant']} | {r['groups']} | {r['records']} | skipped: {r['skipped']} | | | | | | | |")
+            continue
+        its = f"{r['iters_mean']:.1f} / {r['iters_max']}" if "iters_mean" in r else ""
+        peak = f"{r['peak_bytes'] / 2**20:.1f}" if r.get("peak_bytes") else ""
+        py = f"{r['python_s']:.2f}" if "python_s" in r else ""
+        sp = f"{r['speedup']:.0f}x" if "speedup" in r else ""
+        lines.append(f"| {r['variant']} | {r['groups']} | {r['records']} | {r['jax_ms']:.2f} | {r['records_per_s']:.3g} | "
+                     f"{r['us_per_record']:.3f} | {r['compile_s']:.2f} | {peak} | {its} | {py} | {sp} |")
+    if head:
+        h = info["headline"]
+        lines += ["", f"Headline variant `{HEADLINE}`: time per record from {h['records'][0]} to {h['records'][-1]} records "
+                  f"varies by a factor {h['max_over_min_us_per_record']:.2f} (max/min); peak bytes per record "
+                  + ", ".join(f"{x:.0f}" for x in h["bytes_per_record"] if x) + "."]
+    if "gated_bepo_speedup_16x8x50" in info:
+        lines.append(f"Gated-BEPO (default config) at 16 x 8 x 50: {info['gated_bepo_speedup_16x8x50']:.0f}x the plain-Python "
+                     "implementation, same run.")
+    (out_dir / "bench_advantages.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small sizes only (16 and 64 groups)")
+    p.add_argument("--backend", choices=("cpu", "gpu", "tpu"), default=None, help="JAX platform (default: JAX's choice)")
+    p.add_argument("--groups", default=None, help="comma-separated group counts (default 16,64,256,1024,2560)")
+    p.add_argument("--variants", default=None, help="comma-separated variant labels (default: all)")
+    p.add_argument("--python-max-groups", type=int, default=64, help="run the Python reference up to this many groups")
+    p.add_argument("--dense-max-groups", type=int, default=256, help="run the S=N dense default up to this many groups")
+    p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
+    args = p.parse_args(argv)
+    if args.backend:
+        jax.config.update("jax_platforms", args.backend)
+    groups = [16, 64] if args.quick else [16, 64, 256, 1024, 2560]
+    if args.groups:
+        groups = [int(g) for g in args.groups.split(",")]
+    variants = VARIANTS if not args.variants else {k: VARIANTS[k] for k in args.variants.split(",")}
+    start = time.perf_counter()
+    rows = []
+    for g in groups:
+        for label, (name, cfg, pyref) in variants.items():
+            row = bench_one(label, name, cfg, pyref, g, python_max_groups=args.python_max_groups,
+                            dense_max_groups=args.dense_max_groups)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    write(rows, args, Path(args.out), time.perf_counter() - start)
+
+
+if __name__ == "__main__":
+    main()
