@@ -49,12 +49,36 @@ class GroupGraph(NamedTuple):
         return self.valid.size
 
 
-def _sorted_runs(keys: Sequence[Array], valid: Bool[Array, "N"]):
-    """Sort records by (invalid last, *keys); flag the first record of every run of equal keys.
+# Up to this many record slots per group, ids come from single-operand uint32 sorts
+# (packed ranks, see ``_rank``), which XLA:CPU runs ~7x faster than the multi-operand
+# comparator sort used above it: n * (n + 4) must stay below 2**32 - 1.
+FAST_SORT_MAX_SLOTS = 65_532
+_SENTINEL = jnp.uint32(0xFFFFFFFF)
 
-    Returns (perm, sorted_keys, start) where ``start[j]`` is true iff sorted record j
-    is valid and differs from sorted record j-1 in some key.
-    """
+
+def _rank(x: UInt32[Array, "N"]) -> UInt32[Array, "N"]:
+    """Position of the first occurrence of x_i in sorted(x): equal iff the values are equal."""
+    return jnp.searchsorted(jnp.sort(x), x, side="left").astype(jnp.uint32)
+
+
+def _joint_rank(keys: Sequence[Array], n: int) -> UInt32[Array, "N"]:
+    """One uint32 per record, in [0, n), equal iff every key column is equal (ranks packed pairwise)."""
+    r = _rank(keys[0].astype(jnp.uint32))
+    for k in keys[1:]:
+        r = _rank(r * jnp.uint32(n) + _rank(k.astype(jnp.uint32)))
+    return r
+
+
+def _runs(composite: UInt32[Array, "N"]):
+    """Sort packed keys (invalid = sentinel, last); flag the first of each run of valid equal keys."""
+    s = jnp.sort(composite)
+    start = jnp.concatenate([jnp.ones((1,), bool), s[1:] != s[:-1]]) & (s != _SENTINEL)
+    return s, start
+
+
+def _sorted_runs(keys: Sequence[Array], valid: Bool[Array, "N"]):
+    """Multi-operand path (groups above FAST_SORT_MAX_SLOTS): sort by (invalid last, *keys)
+    and flag the first record of every run of equal valid keys. Returns (perm, sorted keys, start)."""
     n = valid.shape[0]
     operands = ((~valid).astype(jnp.uint32), *keys, jnp.arange(n, dtype=jnp.int32))
     out = jax.lax.sort(operands, num_keys=1 + len(keys))
@@ -70,10 +94,16 @@ def dense_ids(keys: Sequence[Array], valid: Bool[Array, "N"], pad_id: int) -> tu
 
     Invalid records get ``pad_id``. Returns (ids, S).
     """
+    n = valid.shape[0]
+    if n <= FAST_SORT_MAX_SLOTS:
+        composite = jnp.where(valid, _joint_rank(keys, n), _SENTINEL)
+        s, start = _runs(composite)
+        dense = jnp.cumsum(start.astype(jnp.int32)) - 1
+        ids = dense[jnp.searchsorted(s, composite, side="left")]
+        return jnp.where(valid, ids, pad_id), jnp.sum(start.astype(jnp.int32))
     perm, _, start = _sorted_runs(keys, valid)
     ids_sorted = jnp.cumsum(start.astype(jnp.int32)) - 1
-    valid_sorted = valid[perm]
-    ids_sorted = jnp.where(valid_sorted, ids_sorted, pad_id)
+    ids_sorted = jnp.where(valid[perm], ids_sorted, pad_id)
     ids = jnp.zeros_like(ids_sorted).at[perm].set(ids_sorted)
     return ids, jnp.sum(start.astype(jnp.int32))
 
@@ -81,7 +111,19 @@ def dense_ids(keys: Sequence[Array], valid: Bool[Array, "N"], pad_id: int) -> tu
 def count_distinct(
     segment: Int[Array, "N"], keys: Sequence[Array], valid: Bool[Array, "N"], num_segments: int
 ) -> Int[Array, "S"]:
-    """Number of distinct ``keys`` tuples among the valid records of each segment."""
+    """Number of distinct ``keys`` tuples among the valid records of each segment.
+
+    ``segment`` must lie in [0, n) for valid records (n = number of records).
+    """
+    n = valid.shape[0]
+    if n <= FAST_SORT_MAX_SLOTS:
+        # A single key below n + 4 (successor ids) packs as is; otherwise pack its joint rank.
+        width = n + 4 if len(keys) == 1 else n
+        key = keys[0].astype(jnp.uint32) if len(keys) == 1 else _joint_rank(keys, n)
+        composite = jnp.where(valid, segment.astype(jnp.uint32) * jnp.uint32(width) + key, _SENTINEL)
+        s, start = _runs(composite)
+        seg_sorted = (s // jnp.uint32(width)).astype(jnp.int32)
+        return jax.ops.segment_sum(start.astype(jnp.int32), seg_sorted, num_segments)
     seg_key = segment.astype(jnp.uint32)
     perm, keys_s, start = _sorted_runs((seg_key, *keys), valid)
     return jax.ops.segment_sum(start.astype(jnp.int32), keys_s[0].astype(jnp.int32), num_segments)

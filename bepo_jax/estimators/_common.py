@@ -25,14 +25,42 @@ def per_group(group_fn: Callable, batch: StepBatch, config: Any):
     return jax.vmap(fn)(batch.obs_key, batch.reward, batch.mask, batch.outcome, batch.penalty_or_zeros())
 
 
+# Host-side state buckets: record slots N -> the smallest power-of-two bucket that has
+# fitted every batch of that N so far (see ``entry_point``).
+MIN_BUCKET = 32
+_BUCKETS: dict[int, int] = {}
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(int(x) - 1, 0).bit_length()
+
+
 def entry_point(kernel_jit: Callable, batch: StepBatch, config: Any, config_type: type, *, check: bool):
-    """Validate ``batch`` and ``config`` on the host, then run the jitted kernel."""
+    """Validate ``batch`` and ``config`` on the host, then run the jitted kernel.
+
+    Configs with ``max_states == 0`` (automatic) and a bucketed solver get their state
+    bucket here: the smallest power of two (>= MIN_BUCKET) that fitted the earlier
+    batches of this K * T; a batch that overflows it is re-run at once with the next
+    power of two above its largest group, which is remembered. So the dense and direct
+    solvers work on [S, S] with S near the real number of states, and each bucket
+    compiles once. (Inside a user's jit there is no host: 0 there means S = K * T.)
+    """
     if not isinstance(config, config_type):
         raise ValueError(
             f"config must be a {config_type.__name__}, got {type(config).__name__}; "
             f"build one with {config_type.__name__}(...)."
         )
     batch = check_batch(batch, values=check)
+    if getattr(config, "max_states", None) == 0 and getattr(config, "solver", "sparse") != "sparse":
+        n = batch.mask.shape[1] * batch.mask.shape[2]
+        bucket = min(_BUCKETS.get(n, MIN_BUCKET), n)
+        out = kernel_jit(batch, config.replace(max_states=bucket))
+        overflow = jax.device_get(out.diagnostics.overflow)
+        if overflow.any():
+            bucket = min(max(_next_pow2(int(jax.device_get(out.diagnostics.num_states).max())), MIN_BUCKET), n)
+            out = kernel_jit(batch, config.replace(max_states=bucket))
+        _BUCKETS[n] = bucket
+        return out
     out = kernel_jit(batch, config)
     if check:
         warn_on_overflow(out, config)

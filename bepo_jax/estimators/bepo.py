@@ -51,9 +51,11 @@ class GatedBEPOConfig:
     tol: relative tolerance of the Jacobi stopping rule (1e-6).
     max_iters: Jacobi sweep cap (1000); 0 keeps the Monte-Carlo initialisation.
     solver: "dense" (default), "sparse", "solve" or "auto" (by bucket size); all agree.
-    max_states: static state bucket S of the dense/direct solvers (0, default: K * T,
-      always enough). A group with more states sends the batch to the sparse solver
-      (``diagnostics.overflow``), never a truncated graph.
+    max_states: static state bucket S of the dense/direct solvers. 0 (default) is
+      automatic: the host entry point picks a power-of-two bucket that fits (see
+      ``_common.entry_point``); inside your own jit, 0 means S = K * T. A group with
+      more states than an explicit bucket sends the batch to the sparse solver
+      (``diagnostics.overflow``, and a warning on the host), never a truncated graph.
     history: merge states on the last ``history`` + 1 observations instead of the
       current one (0, default: the observation alone) — HGPO's remedy for aliasing.
     """
