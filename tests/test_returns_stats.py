@@ -41,10 +41,11 @@ def test_segment_moments_match_numpy(seed, ddof):
         vals = x[(seg == s) & valid].astype(np.float64)
         assert n[s] == len(vals)
         if len(vals):
-            np.testing.assert_allclose(mu[s], vals.mean(), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(mu[s], vals.mean(), rtol=1e-5, atol=1e-6 * np.abs(x).max())
         if len(vals) > ddof:
             np.testing.assert_allclose(sd[s], vals.std(ddof=ddof), rtol=1e-4, atol=1e-5)
         else:
             assert sd[s] == 0
     c, m, s_ = masked_moments(jnp.asarray(x), jnp.asarray(valid), ddof=ddof)
-    np.testing.assert_allclose(float(m), x[valid].mean(), rtol=1e-5, atol=1e-6)
+    # float32 accumulation: error ~ eps * max|x|
+    np.testing.assert_allclose(float(m), x[valid].astype(np.float64).mean(), rtol=1e-5, atol=1e-6 * np.abs(x).max())

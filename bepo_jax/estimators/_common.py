@@ -51,7 +51,8 @@ def entry_point(kernel_jit: Callable, batch: StepBatch, config: Any, config_type
             f"build one with {config_type.__name__}(...)."
         )
     batch = check_batch(batch, values=check)
-    if getattr(config, "max_states", None) == 0 and getattr(config, "solver", "sparse") != "sparse":
+    on_host = not isinstance(batch.mask, jax.core.Tracer)
+    if on_host and getattr(config, "max_states", None) == 0 and getattr(config, "solver", "sparse") != "sparse":
         n = batch.mask.shape[1] * batch.mask.shape[2]
         bucket = min(_BUCKETS.get(n, MIN_BUCKET), n)
         out = kernel_jit(batch, config.replace(max_states=bucket))
