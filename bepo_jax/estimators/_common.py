@@ -13,6 +13,31 @@ from ..types import StepBatch, check_batch
 NORMS = ("mean", "mean_std")
 WEIGHTINGS = ("step", "trajectory")
 STDS = ("unbiased", "population")
+GATE_ON = ("successor", "reward_successor")
+
+
+def check_outcome_fields(name: str, cfg: Any) -> None:
+    """Validate the outcome-normalisation fields every estimator shares (norm, weighting, std, eps)."""
+    from .._config import check_choice, check_range
+
+    check_choice(name, "norm", cfg.norm, NORMS)
+    check_choice(name, "weighting", cfg.weighting, WEIGHTINGS)
+    check_choice(name, "std", cfg.std, STDS)
+    check_range(name, "eps", cfg.eps, lo=0.0)
+
+
+def check_graph_fields(name: str, cfg: Any) -> None:
+    """Validate the graph / fixed-point fields shared by Gated-BEPO and confidence returns."""
+    from .._config import check_choice, check_int, check_range
+    from ..fixed_point import SOLVERS
+
+    check_int(name, "min_successors", cfg.min_successors, lo=1)
+    check_choice(name, "gate_on", cfg.gate_on, GATE_ON)
+    check_range(name, "tol", cfg.tol, lo=0.0)
+    check_int(name, "max_iters", cfg.max_iters, lo=0)
+    check_choice(name, "solver", cfg.solver, SOLVERS)
+    check_int(name, "history", cfg.history, lo=0)
+    check_int(name, "max_states", cfg.max_states, lo=0)
 
 
 def per_group(group_fn: Callable, batch: StepBatch, config: Any):

@@ -17,9 +17,9 @@ import dataclasses
 
 import jax
 
-from .._config import check_choice, check_int, check_range, pytree_config
+from .._config import check_int, check_range, pytree_config
 from ..types import GatedBEPOOutput, StepBatch
-from ._common import NORMS, STDS, WEIGHTINGS, entry_point, stop_gradient
+from ._common import check_outcome_fields, entry_point, stop_gradient
 from .bepo import GatedBEPOConfig, bepo_batch
 
 
@@ -42,8 +42,11 @@ def _ablation(name: str, doc: str, *, gate_all: bool = False, **forced):
 
 bepo_nogate, bepo_nogate_kernel = _ablation(
     "bepo_nogate", "Gated-BEPO with rho = 1 everywhere: A = eta_gated A_out + w A_FP at every record.", gate_all=True)
+# With max_iters = 0 the solver only checks whether V^0 is a fixed point (one sweep):
+# the O(records) sparse sweep, not an [S, S] matrix.
 bepo_mc, bepo_mc_kernel = _ablation(
-    "bepo_mc", "Gated-BEPO with V = the Monte-Carlo means (max_iters = 0): isolates the fixed point.", max_iters=0)
+    "bepo_mc", "Gated-BEPO with V = the Monte-Carlo means (max_iters = 0): isolates the fixed point.", max_iters=0,
+    solver="sparse", max_states=0)
 bepo_additive, bepo_additive_kernel = _ablation(
     "bepo_additive", "Gated-BEPO with eta_gated = 1: the outcome credit is not reduced at gated states.", eta_gated=1.0)
 
@@ -72,17 +75,14 @@ class GAGPOConfig:
         check_range(name, "gamma", self.gamma, lo=0.0, hi=1.0)
         check_range(name, "lam", self.lam, lo=0.0, hi=1.0)
         check_range(name, "w", self.w)
-        check_choice(name, "norm", self.norm, NORMS)
-        check_choice(name, "weighting", self.weighting, WEIGHTINGS)
-        check_choice(name, "std", self.std, STDS)
-        check_range(name, "eps", self.eps, lo=0.0)
+        check_outcome_fields(name, self)
         check_int(name, "history", self.history, lo=0)
 
     def as_bepo(self) -> GatedBEPOConfig:
         """The Gated-BEPO settings GAGPO runs with (MC values, eta = 1; the gate is forced on)."""
         return GatedBEPOConfig(gamma=self.gamma, lam=self.lam, w=self.w, eta_gated=1.0, norm=self.norm,
                                weighting=self.weighting, std=self.std, eps=self.eps, max_iters=0,
-                               history=self.history)
+                               solver="sparse", history=self.history)
 
 
 def gagpo_kernel(batch: StepBatch, config: GAGPOConfig) -> GatedBEPOOutput:

@@ -20,16 +20,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._config import check_choice, check_int, check_range, pytree_config
-from ..fixed_point import SOLVERS, FixedPoint, bellman_fixed_point_batched
+from .._config import check_range, pytree_config
+from ..fixed_point import FixedPoint, bellman_fixed_point_batched
 from ..graph import build_graph, gather_node, graph_diagnostics, history_keys
 from ..returns import discounted_returns, gae
 from ..stats import STD_DDOF, masked_moments, segment_moments
 from ..types import GatedBEPOOutput, GraphDiagnostics, StepBatch
-from ._common import NORMS, STDS, WEIGHTINGS, entry_point, per_group, stop_gradient
+from ._common import check_graph_fields, check_outcome_fields, entry_point, per_group, stop_gradient
 from .grpo import outcome_advantage
 
-GATE_ON = ("successor", "reward_successor")
 
 
 @pytree_config(static=("norm", "weighting", "std", "gate_on", "solver", "history", "max_states"))
@@ -82,17 +81,8 @@ class GatedBEPOConfig:
         check_range(name, "lam", self.lam, lo=0.0, hi=1.0)
         check_range(name, "w", self.w)
         check_range(name, "eta_gated", self.eta_gated)
-        check_choice(name, "norm", self.norm, NORMS)
-        check_choice(name, "weighting", self.weighting, WEIGHTINGS)
-        check_choice(name, "std", self.std, STDS)
-        check_range(name, "eps", self.eps, lo=0.0)
-        check_int(name, "min_successors", self.min_successors, lo=1)
-        check_choice(name, "gate_on", self.gate_on, GATE_ON)
-        check_range(name, "tol", self.tol, lo=0.0)
-        check_int(name, "max_iters", self.max_iters, lo=0)
-        check_choice(name, "solver", self.solver, SOLVERS)
-        check_int(name, "history", self.history, lo=0)
-        check_int(name, "max_states", self.max_states, lo=0)
+        check_outcome_fields(name, self)
+        check_graph_fields(name, self)
 
 
 def _prepare(obs_key, reward, mask, outcome, penalty, config: GatedBEPOConfig):

@@ -26,11 +26,11 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
-from .._config import check_choice, check_int, check_range, pytree_config
-from ..fixed_point import SOLVERS
+from .._config import check_choice, check_range, pytree_config
 from ..returns import discounted_cumsum
 from ..types import SUCCESS, ConfidenceOutput, StepBatch, check_batch
-from .bepo import GATE_ON, GatedBEPOConfig, bepo_batch
+from ._common import check_graph_fields
+from .bepo import GatedBEPOConfig, bepo_batch
 
 CONFIDENCE_SOURCES = ("constant", "gate", "given")
 
@@ -61,13 +61,7 @@ class ConfidenceConfig:
         check_range(name, "gamma", self.gamma, lo=0.0, hi=1.0)
         check_range(name, "c", self.c, lo=0.0, hi=1.0, lo_open=True)
         check_choice(name, "confidence", self.confidence, CONFIDENCE_SOURCES)
-        check_int(name, "min_successors", self.min_successors, lo=1)
-        check_choice(name, "gate_on", self.gate_on, GATE_ON)
-        check_range(name, "tol", self.tol, lo=0.0)
-        check_int(name, "max_iters", self.max_iters, lo=0)
-        check_choice(name, "solver", self.solver, SOLVERS)
-        check_int(name, "history", self.history, lo=0)
-        check_int(name, "max_states", self.max_states, lo=0)
+        check_graph_fields(name, self)
 
     def as_bepo(self) -> GatedBEPOConfig:
         return GatedBEPOConfig(gamma=self.gamma, min_successors=self.min_successors, gate_on=self.gate_on,

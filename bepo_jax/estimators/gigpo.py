@@ -20,12 +20,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from .._config import check_choice, check_int, check_range, pytree_config
+from .._config import check_int, check_range, pytree_config
 from ..graph import build_graph, graph_diagnostics, history_keys, in_shared_state
 from ..returns import discounted_returns
 from ..stats import STD_DDOF, normalise, segment_moments
 from ..types import GiGPOOutput, GraphDiagnostics, StepBatch
-from ._common import NORMS, STDS, WEIGHTINGS, entry_point, per_group, stop_gradient
+from ._common import check_outcome_fields, entry_point, per_group, stop_gradient
 from .grpo import outcome_advantage
 
 
@@ -55,10 +55,7 @@ class GiGPOConfig:
         check_int("GiGPOConfig", "history", self.history, lo=0)
         check_range("GiGPOConfig", "gamma", self.gamma, lo=0.0, hi=1.0)
         check_range("GiGPOConfig", "omega", self.omega)
-        check_choice("GiGPOConfig", "norm", self.norm, NORMS)
-        check_choice("GiGPOConfig", "weighting", self.weighting, WEIGHTINGS)
-        check_choice("GiGPOConfig", "std", self.std, STDS)
-        check_range("GiGPOConfig", "eps", self.eps, lo=0.0)
+        check_outcome_fields("GiGPOConfig", self)
 
 
 def step_group_advantage(

@@ -21,10 +21,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from .._config import check_choice, check_int, check_range, pytree_config
+from .._config import check_int, check_range, pytree_config
 from ..graph import GroupGraph, build_graph, graph_diagnostics, history_keys, in_shared_state
 from ..types import SUCCESS, GraphDiagnostics, GraphGPOOutput, StepBatch
-from ._common import NORMS, STDS, WEIGHTINGS, entry_point, per_group, stop_gradient
+from ._common import check_outcome_fields, entry_point, per_group, stop_gradient
 from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
 
@@ -56,10 +56,7 @@ class GraphGPOConfig:
         check_range(name, "scale", self.scale)
         check_range(name, "beta_g", self.beta_g)
         check_range(name, "beta_e", self.beta_e)
-        check_choice(name, "norm", self.norm, NORMS)
-        check_choice(name, "weighting", self.weighting, WEIGHTINGS)
-        check_choice(name, "std", self.std, STDS)
-        check_range(name, "eps", self.eps, lo=0.0)
+        check_outcome_fields(name, self)
         check_int(name, "history", self.history, lo=0)
 
 

@@ -19,10 +19,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from .._config import check_choice, check_range, pytree_config
+from .._config import pytree_config
 from ..stats import STD_DDOF, masked_moments, normalise
 from ..types import GRPOOutput, StepBatch
-from ._common import NORMS, STDS, WEIGHTINGS, entry_point, per_group, stop_gradient
+from ._common import check_outcome_fields, entry_point, per_group, stop_gradient
 
 
 @pytree_config(static=("norm", "weighting", "std"))
@@ -42,10 +42,7 @@ class GRPOConfig:
     eps: float = 1e-6
 
     def __post_init__(self):
-        check_choice("GRPOConfig", "norm", self.norm, NORMS)
-        check_choice("GRPOConfig", "weighting", self.weighting, WEIGHTINGS)
-        check_choice("GRPOConfig", "std", self.std, STDS)
-        check_range("GRPOConfig", "eps", self.eps, lo=0.0)
+        check_outcome_fields("GRPOConfig", self)
 
 
 def outcome_advantage(
