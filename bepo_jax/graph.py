@@ -20,6 +20,7 @@ from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from .types import NUM_OUTCOMES
@@ -53,7 +54,7 @@ class GroupGraph(NamedTuple):
 # (packed ranks, see ``_rank``), which XLA:CPU runs ~7x faster than the multi-operand
 # comparator sort used above it: n * (n + 4) must stay below 2**32 - 1.
 FAST_SORT_MAX_SLOTS = 65_532
-_SENTINEL = jnp.uint32(0xFFFFFFFF)
+_SENTINEL = np.uint32(0xFFFFFFFF)
 
 
 def _rank(x: UInt32[Array, "N"]) -> UInt32[Array, "N"]:

@@ -1,0 +1,296 @@
+"""Policy interface, PPO loss, the sharded training step, checkpoints, multi-host."""
+
+import glob
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bepo_jax.models import DecoderLM, PolicyModel, TransformerConfig, token_logprobs
+from bepo_jax.rl import PPOLossConfig, TrainConfig, Trainer, ppo_loss
+from bepo_jax.rl.checkpoint import CheckpointError, Checkpointer
+from bepo_jax.rl.train_step import UpdateBatch
+from bepo_jax.sharding import make_mesh
+
+TINY = TransformerConfig(vocab=32, layers=1, width=32, heads=2, context=16)
+
+
+class ConvLM(nnx.Module):
+    """A structurally different policy: embeddings + one causal depthwise convolution + MLP head."""
+
+    def __init__(self, vocab=32, width=24, kernel=3, *, rngs):
+        self.embed = nnx.Embed(vocab, width, rngs=rngs)
+        self.conv = nnx.Conv(width, width, kernel_size=(kernel,), padding=[(kernel - 1, 0)], rngs=rngs)
+        self.out = nnx.Linear(width, vocab, rngs=rngs)
+
+    def __call__(self, tokens, mask):
+        h = self.embed(tokens) * mask[..., None]
+        return self.out(nnx.relu(self.conv(h)))
+
+
+def make_update_batch(n=16, length=12, seed=0, vocab=32):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, vocab, (n, length)).astype(np.int32)
+    mask = np.ones((n, length), bool)
+    mask[::3, -2:] = False  # some padding
+    resp = np.zeros((n, length), bool)
+    resp[:, 6:] = True
+    resp &= mask
+    old = np.where(resp, -3.4, 0.0).astype(np.float32)
+    adv = np.where(resp, rng.normal(size=(n, length)), 0.0).astype(np.float32)
+    return UpdateBatch(jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(resp), jnp.asarray(old), jnp.asarray(adv), None)
+
+
+def make_trainer(mesh=None, model=None, **cfg):
+    cfg = {"num_minibatches": 2, "grad_accum": 2, "ppo_epochs": 2, "learning_rate": 1e-2, **cfg}
+    return Trainer(model or DecoderLM(TINY, rngs=nnx.Rngs(0)), TrainConfig(**cfg), mesh=mesh)
+
+
+def _leaves(tree):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def _max_diff(a, b):
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(_leaves(a), _leaves(b)))
+
+
+# ------------------------------------------------------------------------------ models
+
+
+@pytest.mark.parametrize("make", [lambda: DecoderLM(TINY, rngs=nnx.Rngs(0)), lambda: ConvLM(rngs=nnx.Rngs(0))])
+def test_policy_interface_causal_and_padding(make):
+    model = make()
+    assert isinstance(model, PolicyModel)
+    b = make_update_batch()
+    logits = np.asarray(model(b.tokens, b.mask))
+    assert logits.shape == (16, 12, 32)
+    changed = b.tokens.at[:, 8].set((b.tokens[:, 8] + 1) % 32)
+    logits2 = np.asarray(model(changed, b.mask))
+    np.testing.assert_allclose(logits2[:, :8], logits[:, :8], atol=1e-5)  # the future does not leak back
+
+
+def test_transformer_config_errors():
+    with pytest.raises(ValueError, match="width=30 must be a multiple of heads=4"):
+        TransformerConfig(width=30, heads=4)
+    with pytest.raises(ValueError, match="exceeds TransformerConfig.context=16"):
+        DecoderLM(TINY, rngs=nnx.Rngs(0))(jnp.zeros((1, 17), jnp.int32), jnp.ones((1, 17), bool))
+
+
+def test_token_logprobs_match_numpy():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 5, 7)).astype(np.float32)
+    tokens = rng.integers(0, 7, (2, 5)).astype(np.int32)
+    logp, ent = (np.asarray(x) for x in token_logprobs(jnp.asarray(logits), jnp.asarray(tokens)))
+    for n in range(2):
+        assert logp[n, 0] == 0 and ent[n, 0] == 0
+        for j in range(1, 5):
+            z = logits[n, j - 1].astype(np.float64)
+            lp = z - np.log(np.exp(z).sum())
+            assert logp[n, j] == pytest.approx(lp[tokens[n, j]], abs=1e-5)
+            assert ent[n, j] == pytest.approx(-(np.exp(lp) * lp).sum(), abs=1e-5)
+
+
+# -------------------------------------------------------------------------------- loss
+
+
+def _ref_loss(logp, old, adv, m, cfg, ent=None, ref=None):
+    per_tok, kl, en = np.zeros_like(logp), np.zeros_like(logp), np.zeros_like(logp)
+    for i in np.ndindex(logp.shape):
+        if not m[i]:
+            continue
+        r = np.exp(logp[i] - old[i])
+        l = max(-adv[i] * r, -adv[i] * min(max(r, 1 - cfg.clip_low), 1 + cfg.clip_high))
+        if cfg.dual_clip is not None and adv[i] < 0:
+            l = min(l, -adv[i] * cfg.dual_clip)
+        per_tok[i] = l
+        if ref is not None:
+            d = ref[i] - logp[i]
+            kl[i] = np.exp(d) - d - 1
+        if ent is not None:
+            en[i] = ent[i]
+
+    def agg(x):
+        if cfg.aggregation == "token-mean":
+            return x[m].sum() / m.sum()
+        seqs = [x[n][m[n]].mean() for n in range(x.shape[0]) if m[n].any()]
+        return float(np.mean(seqs))
+
+    return agg(per_tok) + cfg.kl_coef * agg(kl) - cfg.entropy_coef * agg(en)
+
+
+@pytest.mark.parametrize("cfg", [
+    PPOLossConfig(),
+    PPOLossConfig(clip_low=0.1, clip_high=0.28, dual_clip=3.0),
+    PPOLossConfig(kl_coef=0.01, entropy_coef=0.02, aggregation="seq-mean-token-mean"),
+    PPOLossConfig(dual_clip=1.5, aggregation="seq-mean-token-mean", kl_coef=0.1),
+])
+def test_ppo_loss_matches_loops(cfg):
+    rng = np.random.default_rng(1)
+    shape = (6, 8)
+    logp = rng.normal(-2, 1, shape).astype(np.float32)
+    old = (logp + rng.normal(0, 0.5, shape)).astype(np.float32)
+    ref = (logp + rng.normal(0, 0.3, shape)).astype(np.float32)
+    ent = rng.uniform(0, 2, shape).astype(np.float32)
+    adv = rng.normal(0, 1, shape).astype(np.float32)
+    m = rng.random(shape) < 0.7
+    m[0] = False
+    loss, metrics = ppo_loss(jnp.asarray(logp), jnp.asarray(old), jnp.asarray(adv), jnp.asarray(m), cfg,
+                             entropy=jnp.asarray(ent), ref_logp=jnp.asarray(ref))
+    assert float(loss) == pytest.approx(_ref_loss(logp, old, adv, m, cfg, ent, ref), rel=1e-5, abs=1e-6)
+    r = np.exp(logp - old)[m]
+    assert float(metrics["clip_frac"]) == pytest.approx(np.mean((r < 1 - cfg.clip_low) | (r > 1 + cfg.clip_high)))
+    assert float(metrics["adv_mean"]) == pytest.approx(adv[m].mean(), abs=1e-6)
+
+
+def test_ppo_config_errors():
+    with pytest.raises(ValueError, match="dual_clip=0.5 is out of range; it must be > 1.0"):
+        PPOLossConfig(dual_clip=0.5)
+    with pytest.raises(ValueError, match="aggregation='sum' is not valid"):
+        PPOLossConfig(aggregation="sum")
+    with pytest.raises(ValueError, match="not a multiple of num_minibatches \\* grad_accum = 4"):
+        make_trainer().step(make_trainer().init_state(), make_update_batch(n=10))
+
+
+# ------------------------------------------------------------------------------- train
+
+
+@pytest.mark.parametrize("model", ["transformer", "conv"])
+def test_training_raises_the_logprob_of_positive_advantage_tokens(model):
+    m = ConvLM(rngs=nnx.Rngs(0)) if model == "conv" else None
+    trainer = make_trainer(model=m, ppo_epochs=1, num_minibatches=1, grad_accum=1)
+    b = make_update_batch()
+    b = b._replace(advantage=jnp.where(b.response_mask, 1.0, 0.0))
+    state = trainer.init_state()
+
+    def mean_logp(st):
+        lp, _ = token_logprobs(trainer.model(st)(b.tokens, b.mask), b.tokens)
+        return float(jnp.sum(lp * b.response_mask) / jnp.sum(b.response_mask))
+
+    before = mean_logp(state)
+    for _ in range(5):
+        b = b._replace(old_logp=jnp.where(b.response_mask, token_logprobs(trainer.model(state)(b.tokens, b.mask),
+                                                                          b.tokens)[0], 0.0))
+        state, metrics = trainer.step(state, b)
+    assert mean_logp(state) > before + 0.1
+    assert int(state.step) == 5 and np.isfinite(float(metrics["loss"]))
+
+
+def test_gradient_accumulation_equals_one_big_minibatch():
+    b = make_update_batch()
+    one = make_trainer(num_minibatches=1, grad_accum=1, ppo_epochs=1)
+    four = make_trainer(num_minibatches=1, grad_accum=4, ppo_epochs=1)
+    s1, _ = one.step(one.init_state(), b)
+    s4, _ = four.step(four.init_state(), b)
+    assert _max_diff(s1.params, s4.params) < 1e-5
+
+
+def test_sharded_step_equals_single_device():
+    b = make_update_batch()
+    # One step = 2 epochs x 2 minibatches = 4 AdamW updates (lr 1e-3).
+    single = make_trainer(learning_rate=1e-3)
+    s1 = single.init_state()
+    mesh = make_mesh((4, 2), ("data", "fsdp"))
+    multi = make_trainer(mesh, learning_rate=1e-3)
+    s8 = multi.init_state()
+    kernel = [x for x in jax.tree_util.tree_leaves(s8.params) if x.ndim == 2][0]
+    assert kernel.sharding.spec[0] == "fsdp" and len(kernel.sharding.device_set) == 8
+    s1, m1 = single.step(s1, b)
+    s8, m8 = multi.step(s8, b)
+    assert _max_diff(s1.params, s8.params) < 1e-5
+    assert _max_diff(s1.opt_state, s8.opt_state) < 1e-5
+    assert abs(float(m1["loss"]) - float(m8["loss"])) < 1e-5
+
+
+def test_two_processes_compute_the_single_process_update(tmp_path):
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("XLA_FLAGS", None)
+    procs = [subprocess.Popen([sys.executable, str(root / "tests" / "multihost_worker.py"), str(port), str(i),
+                               str(tmp_path / f"p{i}.npy")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for i in range(2)]
+    outs = [p.communicate(timeout=240)[0].decode()[-3000:] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    got = [np.load(tmp_path / f"p{i}.npy") for i in range(2)]
+    np.testing.assert_array_equal(got[0], got[1])
+    single = make_trainer()
+    s1, _ = single.step(single.init_state(), make_update_batch())
+    want = np.concatenate([x.ravel() for x in _leaves(s1.params)])
+    assert np.max(np.abs(got[0] - want)) < 1e-5
+
+
+# -------------------------------------------------------------------------- checkpoints
+
+
+def _batch_at(position):
+    return make_update_batch(seed=100 + position)
+
+
+def _run(trainer, state, start, stop, ck=None):
+    for pos in range(start, stop):
+        state, _ = trainer.step(state, _batch_at(pos))
+        if ck is not None:
+            ck.save(pos + 1, state, {"data_position": pos + 1})
+    return state
+
+
+def test_kill_and_resume_equals_uninterrupted(tmp_path):
+    full = _run(make_trainer(), make_trainer().init_state(), 0, 4)
+    ck = Checkpointer(tmp_path / "run", max_to_keep=2)
+    first = make_trainer()
+    _run(first, first.init_state(), 0, 2, ck)
+    del first  # "killed": a new process starts from the directory alone
+    fresh = make_trainer()
+    state, meta, step = Checkpointer(tmp_path / "run").restore_latest(fresh.abstract_state())
+    assert step == 2 and meta == {"data_position": 2}
+    resumed = _run(fresh, state, meta["data_position"], 4)
+    for a, b in zip(_leaves(full), _leaves(resumed)):
+        np.testing.assert_array_equal(a, b)  # bitwise: parameters, optimizer state, step, RNG
+
+
+def test_keeps_last_n_and_survives_corruption_and_interrupted_saves(tmp_path):
+    trainer = make_trainer()
+    ck = Checkpointer(tmp_path / "ck", max_to_keep=2)
+    state = _run(trainer, trainer.init_state(), 0, 3, ck)
+    assert ck.steps() == [2, 3]
+    # A save that died half-way leaves only orbax's temporary directory behind.
+    (tmp_path / "ck" / "4.orbax-checkpoint-tmp-1234").mkdir()
+    (tmp_path / "ck" / "4.orbax-checkpoint-tmp-1234" / "partial").write_bytes(b"\0" * 10)
+    assert Checkpointer(tmp_path / "ck").steps() == [2, 3]
+    # Truncate every file of the newest checkpoint.
+    for f in glob.glob(str(tmp_path / "ck" / "3" / "**" / "*"), recursive=True):
+        if os.path.isfile(f):
+            open(f, "r+b").truncate(3)
+    ck2 = Checkpointer(tmp_path / "ck")
+    with pytest.raises(CheckpointError, match=r"checkpoint 3 under .* is unreadable .*earlier checkpoint\(s\) \[2\]"):
+        ck2.restore(trainer.abstract_state())
+    with pytest.warns(RuntimeWarning, match="skipped unreadable checkpoint"):
+        restored, meta, step = ck2.restore_latest(trainer.abstract_state())
+    assert step == 2 and meta["data_position"] == 2
+    with pytest.raises(CheckpointError, match="no checkpoint 7 .* it has steps \\[2, 3\\]"):
+        ck2.restore(trainer.abstract_state(), 7)
+
+
+def test_restore_onto_a_different_mesh(tmp_path):
+    mesh = make_mesh((4, 2), ("data", "fsdp"))
+    multi = make_trainer(mesh)
+    state = _run(multi, multi.init_state(), 0, 1)
+    Checkpointer(tmp_path / "m").save(1, state, {"data_position": 1})
+    single = make_trainer()
+    restored, _ = Checkpointer(tmp_path / "m").restore(single.abstract_state())
+    leaf = jax.tree_util.tree_leaves(restored.params)[0]
+    assert len(leaf.sharding.device_set) == 1
+    assert _max_diff(restored, state) == 0.0
+    # ... and it trains on: one more step on one device equals one more step on eight.
+    s1, _ = single.step(restored, _batch_at(1))
+    s8, _ = multi.step(state, _batch_at(1))
+    assert _max_diff(s1.params, s8.params) < 1e-5
