@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 settings.register_profile(
     "default",
     deadline=None,
-    max_examples=25,
+    max_examples=15,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=False,
     print_blob=True,
