@@ -42,18 +42,26 @@ _WORDS = np.full((len(ACTION_WORDS), WORD_LEN), PAD, np.int32)
 for _i, _w in enumerate(ACTION_WORDS):
     _WORDS[_i, : len(_w)] = encode(_w)
 _WORD_LENS = np.array([len(w) for w in ACTION_WORDS], np.int32)
+# Each action word followed by EOS (and EOS beyond), for constrained decoding.
+_WORDS_EOS = np.full((len(ACTION_WORDS), WORD_LEN + 1), EOS, np.int32)
+_WORDS_EOS[:, :WORD_LEN] = np.where(_WORDS == PAD, EOS, _WORDS)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RolloutConfig:
     """group_size K (8), history h (2), temperature (1.0), max_response tokens (6, must
-    fit the longest action word + EOS), invalid_penalty (-0.1, <= 0)."""
+    fit the longest action word + EOS), invalid_penalty (-0.1, <= 0), constrained (False):
+    sample only token sequences that spell an action word then EOS (the logits of every
+    other token are masked), so a policy trained from scratch acts validly from the
+    start; the recorded log-probs stay those of the unconstrained policy, which is what
+    the update evaluates."""
 
     group_size: int = 8
     history: int = 2
     temperature: float = 1.0
     max_response: int = 6
     invalid_penalty: float = -0.1
+    constrained: bool = False
 
     def __post_init__(self):
         n = "RolloutConfig"
@@ -134,11 +142,20 @@ def make_rollout(model: nnx.Module, env: sk.SokobanConfig = sk.SokobanConfig(), 
         seq = jnp.concatenate([prompts, jnp.full((N, R), PAD, jnp.int32)], axis=1)
         msk = jnp.concatenate([pmasks, jnp.zeros((N, R), bool)], axis=1)
         alive = jnp.ones((N,), bool)
+        words = jnp.asarray(_WORDS_EOS)
+        word_alive = jnp.ones((N, words.shape[0]), bool)
         for r in range(R):
             key, sub = jax.random.split(key)
             logits = model(seq, msk | (jnp.arange(L) == P + r)[None])[:, P + r - 1]
+            if config.constrained:
+                cand = words[:, min(r, WORD_LEN)]  # [A] the next token of each word
+                allowed = jnp.any(word_alive[:, :, None] & (cand[None, :, None] == jnp.arange(logits.shape[-1])),
+                                  axis=1)
+                logits = jnp.where(allowed, logits, -jnp.inf)
             tok = jax.random.categorical(sub, logits / config.temperature, axis=-1).astype(jnp.int32)
             tok = jnp.where(alive, tok, PAD)
+            if config.constrained:
+                word_alive = word_alive & (words[:, min(r, WORD_LEN)][None, :] == tok[:, None])
             seq = seq.at[:, P + r].set(tok)
             msk = msk.at[:, P + r].set(alive)
             alive = alive & (tok != EOS)

@@ -7,6 +7,7 @@ import pytest
 from flax import nnx
 
 import bepo_jax as bj
+import bepo_jax.models
 from bepo_jax.envs import sokoban as sk
 from bepo_jax.envs.text import EOS, VOCAB, decode, encode
 from bepo_jax.hashing import hash_tokens
@@ -83,6 +84,20 @@ def test_invalid_responses_are_noops_with_penalty():
     np.testing.assert_allclose(np.asarray(out.batch.penalty)[m], -0.1)
     assert len(set(map(tuple, np.asarray(out.batch.obs_key)[0, 0][m[0, 0]]))) == 1  # never moved
     assert np.all(np.asarray(out.batch.outcome) == bj.TRUNCATED)
+
+
+def test_constrained_decoding_always_spells_an_action():
+    env = sk.SokobanConfig(max_steps=4)
+    cfg = RolloutConfig(group_size=4, constrained=True, temperature=2.0)
+    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, context=prompt_length(6, 2) + 6, layers=1,
+                                                            width=16, heads=2), rngs=nnx.Rngs(0))
+    levels = sk.generate_levels(2, config=env, seed=1)
+    out = jax.jit(make_rollout(model, env, cfg))(nnx.state(model, nnx.Param), levels, jax.random.PRNGKey(3))
+    m = np.asarray(out.batch.mask)
+    acts = np.asarray(out.actions)[m]
+    assert np.all(acts >= 0) and len(set(acts.tolist())) > 1  # valid, and not all the same
+    assert np.all(np.asarray(out.batch.penalty) == 0)
+    assert np.all(np.isfinite(np.asarray(out.old_logp)))
 
 
 def test_rollout_config_errors():
