@@ -8,6 +8,8 @@ import warnings
 
 import jax
 
+from .._config import check_choice, check_int, check_range
+from ..fixed_point import SOLVERS
 from ..types import StepBatch, check_batch
 
 NORMS = ("mean", "mean_std")
@@ -18,8 +20,6 @@ GATE_ON = ("successor", "reward_successor")
 
 def check_outcome_fields(name: str, cfg: Any) -> None:
     """Validate the outcome-normalisation fields every estimator shares (norm, weighting, std, eps)."""
-    from .._config import check_choice, check_range
-
     check_choice(name, "norm", cfg.norm, NORMS)
     check_choice(name, "weighting", cfg.weighting, WEIGHTINGS)
     check_choice(name, "std", cfg.std, STDS)
@@ -28,9 +28,6 @@ def check_outcome_fields(name: str, cfg: Any) -> None:
 
 def check_graph_fields(name: str, cfg: Any) -> None:
     """Validate the graph / fixed-point fields shared by Gated-BEPO and confidence returns."""
-    from .._config import check_choice, check_int, check_range
-    from ..fixed_point import SOLVERS
-
     check_int(name, "min_successors", cfg.min_successors, lo=1)
     check_choice(name, "gate_on", cfg.gate_on, GATE_ON)
     check_range(name, "tol", cfg.tol, lo=0.0)
@@ -60,8 +57,10 @@ def _next_pow2(x: int) -> int:
     return 1 << max(int(x) - 1, 0).bit_length()
 
 
-def entry_point(kernel_jit: Callable, batch: StepBatch, config: Any, config_type: type, *, check: bool):
-    """Validate ``batch`` and ``config`` on the host, then run the jitted kernel.
+def entry_point(kernel_jit: Callable, batch: StepBatch, config: Any, config_type: type, *, check: bool,
+                extra: tuple = ()):
+    """Validate ``batch`` and ``config`` on the host, then run the jitted kernel
+    ``kernel_jit(batch, config, *extra)``.
 
     Configs with ``max_states == 0`` (automatic) and a bucketed solver get their state
     bucket here: the smallest power of two (>= MIN_BUCKET) that fitted the earlier
@@ -80,14 +79,14 @@ def entry_point(kernel_jit: Callable, batch: StepBatch, config: Any, config_type
     if on_host and getattr(config, "max_states", None) == 0 and getattr(config, "solver", "sparse") != "sparse":
         n = batch.mask.shape[1] * batch.mask.shape[2]
         bucket = min(_BUCKETS.get(n, MIN_BUCKET), n)
-        out = kernel_jit(batch, config.replace(max_states=bucket))
+        out = kernel_jit(batch, config.replace(max_states=bucket), *extra)
         overflow = jax.device_get(out.diagnostics.overflow)
         if overflow.any():
             bucket = min(max(_next_pow2(int(jax.device_get(out.diagnostics.num_states).max())), MIN_BUCKET), n)
-            out = kernel_jit(batch, config.replace(max_states=bucket))
+            out = kernel_jit(batch, config.replace(max_states=bucket), *extra)
         _BUCKETS[n] = bucket
         return out
-    out = kernel_jit(batch, config)
+    out = kernel_jit(batch, config, *extra)
     if check:
         warn_on_overflow(out, config)
     return out

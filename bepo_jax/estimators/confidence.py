@@ -28,8 +28,8 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .._config import check_choice, check_range, pytree_config
 from ..returns import discounted_cumsum
-from ..types import SUCCESS, ConfidenceOutput, StepBatch, check_batch
-from ._common import check_graph_fields
+from ..types import SUCCESS, ConfidenceOutput, StepBatch
+from ._common import check_graph_fields, entry_point
 from .bepo import GatedBEPOConfig, bepo_batch
 
 CONFIDENCE_SOURCES = ("constant", "gate", "given")
@@ -95,24 +95,23 @@ _confidence_jit = jax.jit(confidence_returns_kernel)
 
 def confidence_returns(batch: StepBatch, config: ConfidenceConfig = ConfidenceConfig(),
                        confidence: Float[Array, "B K T"] | None = None, *, check: bool = True) -> ConfidenceOutput:
-    """Confidence-discounted returns minus the fixed-point baseline (SPEC section 7)."""
-    if not isinstance(config, ConfidenceConfig):
-        raise ValueError(f"config must be a ConfidenceConfig, got {type(config).__name__}.")
-    batch = check_batch(batch, values=check)
-    if config.confidence == "given":
+    """Confidence-discounted returns minus the fixed-point baseline (SPEC section 7).
+
+    Batch and config checks, and the automatic state bucket, are ``entry_point``'s."""
+    if isinstance(config, ConfidenceConfig) and config.confidence == "given":
         if confidence is None:
             raise ValueError('ConfidenceConfig.confidence="given" needs the confidence array [B, K, T] '
                              "(e.g. from ConfidenceHead); pass confidence=...")
-        if tuple(np.shape(confidence)) != tuple(batch.mask.shape):
-            raise ValueError(f"confidence has shape {tuple(np.shape(confidence))}, expected {tuple(batch.mask.shape)}.")
+        if tuple(np.shape(confidence)) != tuple(np.shape(batch.mask)):
+            raise ValueError(f"confidence has shape {tuple(np.shape(confidence))}, expected {tuple(np.shape(batch.mask))}.")
         if check and not isinstance(confidence, jax.core.Tracer):
-            c = np.asarray(confidence, np.float64)[np.asarray(batch.mask)]
+            c = np.asarray(confidence, np.float64)[np.asarray(batch.mask, bool)]
             if not np.all((c > 0) & (c <= 1)):
                 raise ValueError("confidence must lie in (0, 1] on valid steps.")
     elif confidence is not None:
         raise ValueError(f'a confidence array was passed but ConfidenceConfig.confidence="{config.confidence}"; '
                          'set confidence="given" to use it.')
-    return _confidence_jit(batch, config, confidence)
+    return entry_point(_confidence_jit, batch, config, ConfidenceConfig, check=check, extra=(confidence,))
 
 
 # ------------------------------------------------------------------- the learned head
