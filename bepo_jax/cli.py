@@ -1,9 +1,17 @@
-"""The ``bepo-jax`` command."""
+"""The ``bepo-jax`` command.
+
+    bepo-jax train   --env sokoban --estimator gated_bepo [--out runs/x] [--resume]
+    bepo-jax compare --env sokoban --estimators grpo,gigpo,gated_bepo --seeds 3
+    bepo-jax eval    --checkpoint runs/x [--tasks 64]
+    bepo-jax demo    (every estimator on the paper's four trajectory patterns)
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
 
 from .estimators import GatedBEPOConfig
@@ -18,9 +26,122 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_set(items: Sequence[str]) -> dict:
+    """``--set lam=0.5 --set norm=mean`` -> {"lam": 0.5, "norm": "mean"} (JSON values, else strings)."""
+    out = {}
+    for item in items or ():
+        if "=" not in item:
+            raise ValueError(f"--set {item!r}: write FIELD=VALUE, e.g. --set lam=0.5.")
+        k, v = item.split("=", 1)
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+_RUN_FLAGS = ("iterations", "groups", "group_size", "history", "temperature", "max_steps", "layers", "width",
+              "heads", "learning_rate", "ppo_epochs", "eval_tasks", "eval_every", "checkpoint_every", "seed",
+              "boxes", "entropy_coef", "task_pool")
+
+
+def _run_config(args: argparse.Namespace, **kw):
+    from .train import RunConfig
+
+    fields = {f: getattr(args, f) for f in _RUN_FLAGS if getattr(args, f, None) is not None}
+    if getattr(args, "unconstrained", False):
+        fields["constrained"] = False
+    return RunConfig(env=args.env, estimator_config=_parse_set(args.set), **fields, **kw)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .train import RunConfig, train
+
+    cfg = _run_config(args, estimator=args.estimator)
+    out = Path(args.out or f"runs/{cfg.env}_{cfg.estimator}_s{cfg.seed}")
+    if args.resume and not (out / "config.json").exists():
+        raise ValueError(f"--resume: {out} holds no run (no config.json); start one without --resume.")
+    if args.resume:
+        stored = RunConfig.from_dict(json.loads((out / "config.json").read_text()))
+        cfg = stored.replace(iterations=args.iterations or stored.iterations)
+    res = train(cfg, out, resume=args.resume, progress=not args.quiet)
+    for label, i, f in (("training tasks", res["initial_train"], res["final_train"]),
+                        ("held-out tasks", res["initial"], res["final"])):
+        print(f"success rate on {f['tasks']} {label}: {i['success_rate']:.3f} +- {i['ci95']:.3f} before -> "
+              f"{f['success_rate']:.3f} +- {f['ci95']:.3f} after {res['iterations']} iterations (95% CI)")
+    print(f"run: {out}  (config.json, metrics.jsonl, tb/, curve.png, checkpoints/)")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .compare import compare
+
+    names = [n.strip() for n in args.estimators.split(",") if n.strip()]
+    base = _run_config(args, estimator=names[0] if names else "gated_bepo")
+    out = Path(args.out or f"runs/compare_{base.env}")
+    table = compare(base, names, seeds=args.seeds, out=out, threshold=args.threshold, progress=not args.quiet)
+    print(table)
+    print(f"results: {out}/compare.md, compare.json, compare.png")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from .train import load_run
+
+    setup, state, it = load_run(args.checkpoint)
+    ev = setup.evaluate(state.params, n_tasks=args.tasks, seed=args.seed)
+    print(json.dumps({"checkpoint": str(args.checkpoint), "iteration": it, **ev}, indent=2))
+    return 0
+
+
+def _choices_msg(name: str, choices) -> str:
+    return f"one of: {', '.join(choices)}"
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    from .train import ENVS, RunConfig
+
+    d = RunConfig()
+    p.add_argument("--env", choices=ENVS, default=d.env, help=f"environment ({_choices_msg('env', ENVS)})")
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                   help="estimator config override (repeatable), e.g. --set lam=0.5")
+    p.add_argument("--out", help="run directory (default runs/<env>_<estimator>_s<seed>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--unconstrained", action="store_true",
+                   help="sample any tokens (default: constrained to the action words)")
+    for f in _RUN_FLAGS:
+        default = getattr(d, f)
+        p.add_argument(f"--{f.replace('_', '-')}", dest=f, type=type(default), default=None,
+                       help=f"(default {default})")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bepo-jax", description=__doc__)
+    from .estimators.registry import ESTIMATORS
+
+    parser = argparse.ArgumentParser(prog="bepo-jax", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a policy with an estimator's credit (the main job)")
+    t.add_argument("--estimator", choices=list(ESTIMATORS), default="gated_bepo")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+    _add_run_flags(t)
+    t.set_defaults(func=_train)
+
+    c = sub.add_parser("compare", help="train several estimators x seeds; table with 95%% CIs and one plot")
+    c.add_argument("--estimators", default="grpo,gigpo,gated_bepo",
+                   help=f"comma-separated, from: {', '.join(ESTIMATORS)}")
+    c.add_argument("--seeds", type=int, default=3)
+    c.add_argument("--threshold", type=float, default=0.5, help="success rate for 'iterations to threshold'")
+    _add_run_flags(c)
+    c.set_defaults(func=_compare)
+
+    e = sub.add_parser("eval", help="success rate of a checkpoint on held-out tasks")
+    e.add_argument("--checkpoint", required=True, help="a run directory (the --out of train) or its checkpoints/")
+    e.add_argument("--tasks", type=int, default=None, help="held-out tasks (default: the run's eval_tasks)")
+    e.add_argument("--seed", type=int, default=0)
+    e.set_defaults(func=_eval)
+
     d = sub.add_parser("demo", help="print every estimator's credit on the paper's four trajectory patterns")
     defaults = GatedBEPOConfig()
     d.add_argument("--gamma", type=float, default=defaults.gamma)

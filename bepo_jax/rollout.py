@@ -1,25 +1,28 @@
-"""Multi-turn rollouts of a token policy in a pure-JAX environment (Sokoban), K
-trajectories per task from one start state, as one jittable function.
+"""Multi-turn rollouts of a token policy, K trajectories per task from one start state.
 
-At step t the prompt holds the current observation and the last ``history`` (h = 2)
-observation/action pairs as text; the policy samples a short response (at most
-``max_response`` tokens, ``temperature``); a response that does not spell an action
-word followed by EOS is an *invalid action*: the environment does not move (no-op)
-and the step's ``penalty`` field gets ``invalid_penalty``. The output is a StepBatch
-(obs keys hash the raw grid with ``hash_tokens``), the sequences the update needs
-(tokens, masks, response mask, old log-probs under the sampling policy at temperature 1)
-and the success flags.
+At step t the prompt holds the task (host environments), the last ``history`` (h = 2)
+observation/action pairs and the current observation, as text tokens; the policy
+samples a short response (at most ``max_response`` tokens, ``temperature``). A response
+that does not spell an action word (or admissible command) followed by EOS is an
+*invalid action*: the environment does not move (no-op) and the step's ``penalty``
+field gets ``invalid_penalty``. Output: a StepBatch (obs keys = ``hash_tokens`` of the
+raw observation), the sequences the update needs (tokens, masks, response mask, old
+log-probs under the sampling policy at temperature 1) and the success flags.
 
-Prompt layout (fixed length P = 2 + h (S + A + 1) + S, S = H (W + 1) grid tokens,
-A = 5 action tokens): BOS, then per history slot: grid, action word, SEP (PAD and
-masked where the slot is before t = 0), then the current grid, SEP. Response: R
-tokens after the prompt.
+Prompt layout (fixed length P = 2 + Q + h (S + A + 1) + S; S observation tokens, A
+tokens of the longest action word, Q task tokens): BOS, the task, then per history
+slot: observation, action word, SEP (PAD and masked where the slot is before t = 0
+or the action was invalid), then the current observation, SEP. Response: R tokens.
+
+``make_rollout`` is the pure-JAX path (one jittable function, PureJaxRL style); the
+host loop for Python environments (``bepo_jax.host_rollout``) uses the same prompt
+builder, sampler and parser.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -28,28 +31,16 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
 from ._config import check_int, check_range
-from .envs import sokoban as sk
-from .envs.text import BOS, EOS, PAD, SEP, encode
+from .envs.base import EnvState, JaxEnv, env_reset, env_step, parse_response, word_table
+from .envs.text import BOS, EOS, PAD, SEP
 from .hashing import hash_tokens
 from .models.interface import token_logprobs
 from .types import FAILURE, SUCCESS, TRUNCATED, StepBatch
 
-ACTION_WORDS = sk.ACTIONS
-WORD_LEN = max(len(w) for w in ACTION_WORDS)
-_CELL_TOKENS = np.array([encode(sk.SYMBOLS[c])[0] for c in range(7)], np.int32)
-_NEWLINE = int(encode("\n")[0])
-_WORDS = np.full((len(ACTION_WORDS), WORD_LEN), PAD, np.int32)
-for _i, _w in enumerate(ACTION_WORDS):
-    _WORDS[_i, : len(_w)] = encode(_w)
-_WORD_LENS = np.array([len(w) for w in ACTION_WORDS], np.int32)
-# Each action word followed by EOS (and EOS beyond), for constrained decoding.
-_WORDS_EOS = np.full((len(ACTION_WORDS), WORD_LEN + 1), EOS, np.int32)
-_WORDS_EOS[:, :WORD_LEN] = np.where(_WORDS == PAD, EOS, _WORDS)
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RolloutConfig:
-    """group_size K (8), history h (2), temperature (1.0), max_response tokens (6, must
+    """group_size K (8), history h (2), temperature (1.0), max_response tokens (6; must
     fit the longest action word + EOS), invalid_penalty (-0.1, <= 0), constrained (False):
     sample only token sequences that spell an action word then EOS (the logits of every
     other token are masked), so a policy trained from scratch acts validly from the
@@ -68,13 +59,12 @@ class RolloutConfig:
         check_int(n, "group_size", self.group_size, lo=1)
         check_int(n, "history", self.history, lo=0)
         check_range(n, "temperature", self.temperature, lo=0.0, lo_open=True)
-        check_int(n, "max_response", self.max_response, lo=WORD_LEN + 1)
+        check_int(n, "max_response", self.max_response, lo=2)
         check_range(n, "invalid_penalty", self.invalid_penalty, hi=0.0)
 
 
-def prompt_length(size: int, history: int) -> int:
-    grid = size * (size + 1)
-    return 2 + history * (grid + WORD_LEN + 1) + grid
+def prompt_length(obs_len: int, history: int, word_len: int, task_len: int = 0) -> int:
+    return 2 + task_len + history * (obs_len + word_len + 1) + obs_len
 
 
 class Rollout(NamedTuple):
@@ -87,122 +77,143 @@ class Rollout(NamedTuple):
     success: Bool[Array, "B K"]
 
 
-def grid_tokens(grid: Int[Array, "H W"]) -> Int[Array, "S"]:
-    """The grid's text as token ids: rows of symbols, each followed by a newline."""
-    cells = jnp.asarray(_CELL_TOKENS)[grid.astype(jnp.int32)]
-    nl = jnp.full((grid.shape[0], 1), _NEWLINE, jnp.int32)
-    return jnp.concatenate([cells, nl], axis=1).reshape(-1)
+def build_prompt(task: Int[Array, "Q"], task_mask: Bool[Array, "Q"], hist_obs: Int[Array, "h S"],
+                 hist_obs_mask: Bool[Array, "h S"], hist_word: Int[Array, "h A"], hist_valid: Bool[Array, "h"],
+                 obs: Int[Array, "S"], obs_mask: Bool[Array, "S"]) -> tuple[Int[Array, "P"], Bool[Array, "P"]]:
+    """One prompt (layout in the module docstring); PAD tokens are never real."""
+    one = lambda tok: (jnp.array([tok], jnp.int32), jnp.ones((1,), bool))
+    parts = [one(BOS), (task, task_mask)]
+    for j in range(hist_obs.shape[0]):
+        slot = jnp.concatenate([hist_obs[j], hist_word[j], jnp.array([SEP], jnp.int32)])
+        smask = jnp.concatenate([hist_obs_mask[j], hist_word[j] != PAD, jnp.ones((1,), bool)]) & hist_valid[j]
+        parts.append((jnp.where(smask, slot, PAD), smask))
+    parts += [(obs, obs_mask), one(SEP)]
+    return jnp.concatenate([p for p, _ in parts]), jnp.concatenate([m for _, m in parts])
 
 
-def parse_action(response: Int[Array, "R"]) -> Int[Array, ""]:
-    """The action whose word the response spells (then EOS), or -1."""
-    R = response.shape[0]
-    words = jnp.asarray(_WORDS)
-    lens = jnp.asarray(_WORD_LENS)
-    pos = jnp.arange(WORD_LEN)
-    head = response[:WORD_LEN]
-    same = jnp.all(jnp.where(pos[None, :] < lens[:, None], head[None, :] == words, True), axis=1)
-    eos_at = response[jnp.clip(lens, 0, R - 1)] == EOS
-    ok = same & eos_at
-    return jnp.where(jnp.any(ok), jnp.argmax(ok), -1).astype(jnp.int32)
+def forced_positions(words: np.ndarray) -> list[bool]:
+    """For a fixed word table [A, W1]: whether the token at each response position is
+    determined by the tokens before it (every word sharing a prefix continues alike)."""
+    out = []
+    for r in range(words.shape[1]):
+        nxt: dict[tuple, set] = {}
+        for w in words:
+            nxt.setdefault(tuple(w[:r]), set()).add(int(w[r]))
+        out.append(all(len(v) == 1 for v in nxt.values()))
+    return out
 
 
-def make_rollout(model: nnx.Module, env: sk.SokobanConfig = sk.SokobanConfig(), config: RolloutConfig = RolloutConfig()):
-    """``rollout(params, levels, key) -> Rollout`` for B levels (one group each), jittable.
+def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool[Array, "N P"], key, *,
+                     max_response: int, temperature: float, table: Optional[Int[Array, "N A W1"]] = None,
+                     table_valid: Optional[Bool[Array, "N A"]] = None, forced: Optional[list[bool]] = None):
+    """Autoregressive sampling of ``max_response`` tokens for N prompts (a full forward
+    per token). With ``table`` (each row's words + EOS) only those words can be sampled
+    (constrained decoding); ``forced[r]`` (from ``forced_positions`` of a fixed table)
+    marks positions whose token the earlier ones determine: they need no forward pass
+    (for up/down/left/right only the first letter is sampled). The log-probs come from
+    one forward over the whole sequence at the end. Returns (tokens, mask,
+    response_mask, old_logp), each [N, L]."""
+    N, P = prompts.shape
+    R = max_response
+    L = P + R
+    seq = jnp.concatenate([prompts, jnp.full((N, R), PAD, jnp.int32)], axis=1)
+    msk = jnp.concatenate([pmasks, jnp.zeros((N, R), bool)], axis=1)
+    alive = jnp.ones((N,), bool)
+    if table is not None:
+        word_alive = table_valid
+        W1 = table.shape[-1]
+    for r in range(R):
+        key, sub = jax.random.split(key)
+        if table is not None:
+            cand = table[:, :, min(r, W1 - 1)]  # [N, A] the next token of each word
+        if table is not None and forced is not None and forced[min(r, W1 - 1)]:
+            tok = jnp.take_along_axis(cand, jnp.argmax(word_alive, axis=1)[:, None], axis=1)[:, 0]
+        else:
+            logits = model(seq, msk | (jnp.arange(L) == P + r)[None])[:, P + r - 1]
+            if table is not None:
+                allowed = jnp.any(word_alive[:, :, None] & (cand[:, :, None] == jnp.arange(logits.shape[-1])), axis=1)
+                logits = jnp.where(allowed, logits, -jnp.inf)
+            tok = jax.random.categorical(sub, logits / temperature, axis=-1).astype(jnp.int32)
+        tok = jnp.where(alive, tok, PAD)
+        if table is not None:
+            word_alive = word_alive & (cand == tok[:, None])
+        seq = seq.at[:, P + r].set(tok)
+        msk = msk.at[:, P + r].set(alive)
+        alive = alive & (tok != EOS)
+    logp, _ = token_logprobs(model(seq, msk), seq)
+    resp = msk & (jnp.arange(L) >= P)[None]
+    return seq, msk, resp, jnp.where(resp, logp, 0.0)
+
+
+def _check_response_fits(config: RolloutConfig, word_width: int) -> None:
+    if config.max_response < word_width + 1:
+        raise ValueError(f"RolloutConfig.max_response={config.max_response} cannot hold the longest action word "
+                         f"({word_width} tokens) plus EOS; set max_response >= {word_width + 1}.")
+
+
+def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = RolloutConfig()):
+    """``rollout(params, tasks, key) -> Rollout`` for B tasks (one group each), jittable.
 
     ``model`` gives the graph; ``params`` (an ``nnx.State`` of its parameters) are passed
     per call so one compiled rollout serves every training iteration.
     """
     graphdef, _, rest = nnx.split(model, nnx.Param, ...)
-    H = W = env.size
-    S = H * (W + 1)
-    h = config.history
-    P = prompt_length(env.size, h)
-    R = config.max_response
-    L = P + R
-    T = env.max_steps
-    K = config.group_size
+    words = word_table(env.action_words, max(len(w) for w in env.action_words))
+    A = words.shape[1] - 1
+    _check_response_fits(config, A)
+    hist_words = np.where(words[:, :A] == EOS, PAD, words[:, :A])
+    forced = forced_positions(words)
+    S, h, T, K = env.obs_len, config.history, env.max_steps, config.group_size
+    hh = max(h, 1)
+    P = prompt_length(S, h, A)
+    empty = jnp.zeros((0,), jnp.int32), jnp.zeros((0,), bool)
 
-    def build_prompt(hist_grids, hist_actions, hist_valid, grid):
-        parts, masks = [jnp.array([BOS], jnp.int32)], [jnp.ones((1,), bool)]
-        for j in range(h):
-            word = jnp.where(hist_actions[j] >= 0, jnp.asarray(_WORDS)[jnp.clip(hist_actions[j], 0, 3)],
-                             jnp.full((WORD_LEN,), PAD, jnp.int32))
-            slot = jnp.concatenate([grid_tokens(hist_grids[j]), word, jnp.array([SEP], jnp.int32)])
-            parts.append(jnp.where(hist_valid[j], slot, PAD))
-            masks.append(jnp.broadcast_to(hist_valid[j], slot.shape) & (slot != PAD))
-        parts += [grid_tokens(grid), jnp.array([SEP], jnp.int32)]
-        masks += [jnp.ones((S,), bool), jnp.ones((1,), bool)]
-        return jnp.concatenate(parts), jnp.concatenate(masks)
-
-    def sample(params, prompts, pmasks, key):
-        """Autoregressive sampling of R tokens for [N] prompts (full forward per token)."""
+    def rollout(params, tasks, key) -> Rollout:
         model = nnx.merge(graphdef, params, rest)
-        N = prompts.shape[0]
-        seq = jnp.concatenate([prompts, jnp.full((N, R), PAD, jnp.int32)], axis=1)
-        msk = jnp.concatenate([pmasks, jnp.zeros((N, R), bool)], axis=1)
-        alive = jnp.ones((N,), bool)
-        words = jnp.asarray(_WORDS_EOS)
-        word_alive = jnp.ones((N, words.shape[0]), bool)
-        for r in range(R):
-            key, sub = jax.random.split(key)
-            logits = model(seq, msk | (jnp.arange(L) == P + r)[None])[:, P + r - 1]
-            if config.constrained:
-                cand = words[:, min(r, WORD_LEN)]  # [A] the next token of each word
-                allowed = jnp.any(word_alive[:, :, None] & (cand[None, :, None] == jnp.arange(logits.shape[-1])),
-                                  axis=1)
-                logits = jnp.where(allowed, logits, -jnp.inf)
-            tok = jax.random.categorical(sub, logits / config.temperature, axis=-1).astype(jnp.int32)
-            tok = jnp.where(alive, tok, PAD)
-            if config.constrained:
-                word_alive = word_alive & (words[:, min(r, WORD_LEN)][None, :] == tok[:, None])
-            seq = seq.at[:, P + r].set(tok)
-            msk = msk.at[:, P + r].set(alive)
-            alive = alive & (tok != EOS)
-        logp, _ = token_logprobs(model(seq, msk), seq)
-        resp = msk & (jnp.arange(L) >= P)[None]
-        return seq, msk, resp, jnp.where(resp, logp, 0.0)
-
-    def rollout(params, levels: sk.Level, key) -> Rollout:
-        B = levels.walls.shape[0]
-        rep = lambda x: jnp.repeat(x[:, None], K, axis=1).reshape((B * K,) + x.shape[1:])
-        state = jax.vmap(sk.reset)(jax.tree_util.tree_map(rep, sk.Level(*levels)))
-        hist_grids = jnp.zeros((B * K, max(h, 1), H, W), jnp.int8)
-        hist_actions = jnp.full((B * K, max(h, 1)), -1, jnp.int32)
-        hist_valid = jnp.zeros((B * K, max(h, 1)), bool)
+        B = jax.tree_util.tree_leaves(tasks)[0].shape[0]
+        rep = lambda x: jnp.repeat(jnp.asarray(x)[:, None], K, axis=1).reshape((B * K,) + x.shape[1:])
+        state = jax.vmap(lambda task: env_reset(env, task))(jax.tree_util.tree_map(rep, tasks))
+        hist = (jnp.zeros((B * K, hh, S), jnp.int32), jnp.full((B * K, hh), -1, jnp.int32),
+                jnp.zeros((B * K, hh), bool))
+        table = jnp.broadcast_to(jnp.asarray(words), (B * K,) + words.shape) if config.constrained else None
+        table_valid = jnp.ones((B * K, words.shape[0]), bool) if config.constrained else None
 
         def one_step(carry, key_t):
-            state, hist_grids, hist_actions, hist_valid = carry
-            grid = jax.vmap(lambda s: s.grid)(state)
-            prompts, pmasks = jax.vmap(build_prompt)(hist_grids, hist_actions, hist_valid, grid)
-            seq, msk, resp, logp = sample(params, prompts, pmasks, key_t)
-            action = jax.vmap(parse_action)(seq[:, P:])
-            valid_step = ~state.done
-            new_state, reward, _ = jax.vmap(lambda s, a: sk.step(s, a, env))(state, jnp.clip(action, 0, 3))
-            # An invalid action is a no-op: keep the position, still spend the time step.
-            invalid = action < 0
-            kept = jax.tree_util.tree_map(lambda a, b: jnp.where(invalid.reshape((-1,) + (1,) * (a.ndim - 1)), a, b),
-                                          state._replace(t=new_state.t, done=new_state.done), new_state)
-            kept = kept._replace(done=state.done | (kept.t >= env.max_steps) | kept.success)
-            reward = jnp.where(invalid, jnp.where(valid_step, env.step_penalty, 0.0), reward)
-            penalty = jnp.where(invalid & valid_step, config.invalid_penalty, 0.0)
-            key_obs = hash_tokens(grid.reshape(B * K, -1).astype(jnp.int32), jnp.ones((B * K, H * W), bool))
+            state, (h_obs, h_act, h_valid) = carry
+            obs = jax.vmap(env.render)(state.inner)
+            word = jnp.where(h_act[..., None] >= 0, jnp.asarray(hist_words)[jnp.clip(h_act, 0)], PAD)
+            prompts, pmasks = jax.vmap(lambda ho, w, hv, o: build_prompt(
+                *empty, ho[:h], jnp.ones((h, S), bool), w[:h], hv[:h], o, jnp.ones((S,), bool)))(
+                    h_obs, word, h_valid, obs)
+            seq, msk, resp, logp = sample_responses(model, prompts, pmasks, key_t, max_response=config.max_response,
+                                                    temperature=config.temperature, table=table,
+                                                    table_valid=table_valid, forced=forced)
+            action = jax.vmap(parse_response, in_axes=(0, None, None))(
+                seq[:, P:], jnp.asarray(words), jnp.ones((words.shape[0],), bool))
+            raw = jax.vmap(env.observation)(state.inner).reshape(B * K, -1).astype(jnp.int32)
+            key_obs = hash_tokens(raw, jnp.ones(raw.shape, bool))
+            new_state, reward, valid = jax.vmap(lambda s, a: env_step(env, s, a))(state, action)
+            penalty = jnp.where((action < 0) & valid, config.invalid_penalty, 0.0)
             if h:
-                hist_grids = jnp.concatenate([hist_grids[:, 1:], grid[:, None]], axis=1)
-                hist_actions = jnp.concatenate([hist_actions[:, 1:], action[:, None]], axis=1)
-                hist_valid = jnp.concatenate([hist_valid[:, 1:], jnp.ones((B * K, 1), bool)], axis=1)
-            out = (key_obs, reward, penalty, valid_step, seq, msk & valid_step[:, None], resp & valid_step[:, None],
-                   jnp.where(valid_step[:, None], logp, 0.0), jnp.where(valid_step, action, -1))
-            return (kept, hist_grids, hist_actions, hist_valid), out
+                h_obs = jnp.concatenate([h_obs[:, 1:], obs[:, None]], axis=1)
+                h_act = jnp.concatenate([h_act[:, 1:], action[:, None]], axis=1)
+                h_valid = jnp.concatenate([h_valid[:, 1:], jnp.ones((B * K, 1), bool)], axis=1)
+            out = (key_obs, reward, penalty, valid, seq, msk & valid[:, None], resp & valid[:, None],
+                   jnp.where(valid[:, None], logp, 0.0), jnp.where(valid, action, -1))
+            return (new_state, (h_obs, h_act, h_valid)), out
 
         keys = jax.random.split(key, T)
-        (final, *_), outs = jax.lax.scan(one_step, (state, hist_grids, hist_actions, hist_valid), keys)
+        (final, _), outs = jax.lax.scan(one_step, (state, hist), keys)
         key_obs, reward, penalty, valid, seq, msk, resp, logp, action = (
             jnp.swapaxes(x, 0, 1).reshape((B, K, T) + x.shape[2:]) for x in outs)
-        success = final.success.reshape(B, K)
-        hit_limit = final.t.reshape(B, K) >= env.max_steps
-        outcome = jnp.where(success, SUCCESS, jnp.where(hit_limit, TRUNCATED, FAILURE)).astype(jnp.int32)
-        batch = StepBatch(obs_key=key_obs, reward=reward, mask=valid, outcome=outcome, penalty=penalty)
-        return Rollout(batch, seq, msk, resp, logp, action, success)
+        return finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action,
+                              final.success.reshape(B, K), final.t.reshape(B, K) >= T)
 
     return rollout
+
+
+def finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action, success, hit_limit) -> Rollout:
+    """Outcomes from success / time limit and the Rollout tuple (shared with the host loop)."""
+    outcome = jnp.where(success, SUCCESS, jnp.where(hit_limit, TRUNCATED, FAILURE)).astype(jnp.int32)
+    batch = StepBatch(obs_key=key_obs, reward=reward, mask=valid, outcome=outcome, penalty=penalty)
+    return Rollout(batch, seq, msk, resp, logp, action, success)

@@ -11,7 +11,10 @@ import bepo_jax.models
 from bepo_jax.envs import sokoban as sk
 from bepo_jax.envs.text import EOS, VOCAB, decode, encode
 from bepo_jax.hashing import hash_tokens
-from bepo_jax.rollout import RolloutConfig, make_rollout, parse_action, prompt_length
+from bepo_jax.envs.base import parse_response, word_table
+from bepo_jax.rollout import RolloutConfig, make_rollout, prompt_length
+
+WORDS = word_table(sk.ACTIONS, 5)
 
 
 class ScriptedLM(nnx.Module):
@@ -38,16 +41,16 @@ def test_parse_action(text, want):
     resp = np.zeros(6, np.int32)
     ids = _words(text) if text != "upx" else encode("upx")
     resp[: len(ids)] = ids
-    assert int(parse_action(jnp.asarray(resp))) == want
+    assert int(parse_response(jnp.asarray(resp), jnp.asarray(WORDS), jnp.ones(4, bool))) == want
 
 
 def _run(script_text, K=3, max_steps=4, seed=0):
     env = sk.SokobanConfig(max_steps=max_steps)
     cfg = RolloutConfig(group_size=K)
-    P = prompt_length(env.size, cfg.history)
+    P = prompt_length(env.size * (env.size + 1), cfg.history, 5)
     model = ScriptedLM(P + cfg.max_response, P, _words(script_text))
     levels = sk.generate_levels(2, config=env, seed=seed)
-    out = jax.jit(make_rollout(model, env, cfg))(nnx.state(model, nnx.Param), levels, jax.random.PRNGKey(0))
+    out = jax.jit(make_rollout(model, sk.SokobanEnv(env), cfg))(nnx.state(model, nnx.Param), levels, jax.random.PRNGKey(0))
     return out, levels, env, P
 
 
@@ -89,10 +92,10 @@ def test_invalid_responses_are_noops_with_penalty():
 def test_constrained_decoding_always_spells_an_action():
     env = sk.SokobanConfig(max_steps=4)
     cfg = RolloutConfig(group_size=4, constrained=True, temperature=2.0)
-    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, context=prompt_length(6, 2) + 6, layers=1,
+    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, context=prompt_length(42, 2, 5) + 6, layers=1,
                                                             width=16, heads=2), rngs=nnx.Rngs(0))
     levels = sk.generate_levels(2, config=env, seed=1)
-    out = jax.jit(make_rollout(model, env, cfg))(nnx.state(model, nnx.Param), levels, jax.random.PRNGKey(3))
+    out = jax.jit(make_rollout(model, sk.SokobanEnv(env), cfg))(nnx.state(model, nnx.Param), levels, jax.random.PRNGKey(3))
     m = np.asarray(out.batch.mask)
     acts = np.asarray(out.actions)[m]
     assert np.all(acts >= 0) and len(set(acts.tolist())) > 1  # valid, and not all the same
@@ -101,7 +104,11 @@ def test_constrained_decoding_always_spells_an_action():
 
 
 def test_rollout_config_errors():
-    with pytest.raises(ValueError, match="max_response=3 is out of range"):
-        RolloutConfig(max_response=3)
+    with pytest.raises(ValueError, match="max_response=1 is out of range"):
+        RolloutConfig(max_response=1)
+    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, context=64, layers=1, width=8, heads=2),
+                                rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="max_response=4 cannot hold the longest action word"):
+        make_rollout(model, sk.SokobanEnv(), RolloutConfig(max_response=4))
     with pytest.raises(ValueError, match="invalid_penalty=1.0 is out of range"):
         RolloutConfig(invalid_penalty=1.0)

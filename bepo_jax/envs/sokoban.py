@@ -196,3 +196,44 @@ def render_text(grid) -> str:
     X box, √ box on target, P player, S player on target)."""
     g = np.asarray(grid)
     return "\n".join("".join(SYMBOLS[int(v)] for v in row) for row in g)
+
+
+# ------------------------------------------------------------------------------ the JaxEnv
+
+
+class SokobanEnv:
+    """Sokoban behind the ``JaxEnv`` interface (``bepo_jax.envs.base``): tasks are
+    ``Level``s from the offline generator, the observation is the grid, rendered as text
+    rows (``render_text``). ``held_out_seed`` offsets evaluation levels from training ones."""
+
+    name = "sokoban"
+    action_words = ACTIONS
+
+    def __init__(self, config: SokobanConfig = SokobanConfig()):
+        from .base import NEWLINE, symbol_table
+
+        self.config = config
+        self.max_steps = config.max_steps
+        self.obs_len = config.size * (config.size + 1)
+        self.noop_reward = config.step_penalty
+        self._symbols = symbol_table([SYMBOLS[c] for c in range(7)])
+        self._newline = NEWLINE
+
+    def sample_tasks(self, n: int, seed: int) -> Level:
+        return generate_levels(n, config=self.config, seed=seed)
+
+    def reset(self, task: Level) -> SokobanState:
+        return reset(task)
+
+    def step(self, inner: SokobanState, action):
+        new, reward, _ = step(inner, action, self.config)
+        solved = new.success & ~inner.success
+        return new, reward, solved, solved
+
+    def render(self, inner: SokobanState):
+        from .base import grid_to_tokens
+
+        return grid_to_tokens(inner.grid, jnp.asarray(self._symbols), self._newline)
+
+    def observation(self, inner: SokobanState):
+        return inner.grid

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 PAD, BOS, EOS, SEP = 0, 1, 2, 3
-ALPHABET = "abcdefghijklmnopqrstuvwxyz_#OX√PS\n :0123456789"
+ALPHABET = "abcdefghijklmnopqrstuvwxyz_#OX√PS\n :0123456789.,'-!?"
 VOCAB = 4 + len(ALPHABET)
 _INDEX = {c: 4 + i for i, c in enumerate(ALPHABET)}
 
@@ -21,6 +21,13 @@ def encode(text: str) -> np.ndarray:
         return np.array([_INDEX[c] for c in text], np.int32)
     except KeyError as err:
         raise ValueError(f"character {err.args[0]!r} is not in the tokenizer's alphabet {ALPHABET!r}.") from None
+
+
+def normalize(text: str) -> str:
+    """Free text (e.g. a TextWorld description) in the alphabet: lower case, characters
+    outside it as spaces, runs of whitespace as one space."""
+    low = "".join(c if c in _INDEX and c not in "OXPS√#_" else " " for c in text.lower())
+    return " ".join(low.split())
 
 
 def decode(ids) -> str:

@@ -171,7 +171,7 @@ class Trainer:
             out = None
             if self.mesh is not None:
                 out = (jax.tree_util.tree_map(lambda x: x.sharding, state), None)
-            self._update = jax.jit(self._update_fn, donate_argnums=(0,), out_shardings=out)
+            self._update = jax.jit(self.update_fn, donate_argnums=(0,), out_shardings=out)
         return self._update(state, self.place_batch(batch))
 
     def _loss(self, params, mb: UpdateBatch):
@@ -186,7 +186,8 @@ class Trainer:
             return jnp.sum(mb.response_mask).astype(jnp.float32)
         return jnp.sum(jnp.any(mb.response_mask, axis=-1)).astype(jnp.float32)
 
-    def _update_fn(self, state: TrainState, batch: UpdateBatch):
+    def update_fn(self, state: TrainState, batch: UpdateBatch):
+        """The pure update (traceable: call it inside a larger jitted program)."""
         cfg = self.config
         N = batch.tokens.shape[0]
         M, A = cfg.num_minibatches, cfg.grad_accum

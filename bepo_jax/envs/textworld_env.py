@@ -1,0 +1,105 @@
+"""TextWorld (an ALFWorld-like text game) as a host environment.
+
+Games are generated offline with TextWorld's generator (the library behind ``tw-make``):
+``generate_games(n, out_dir, seed=...)`` writes ``n`` small games (rooms, objects and a
+quest of ``quest_length`` steps) and returns their paths — no download. One game is one
+task; the K trajectories of a group play the same game.
+
+The observation is the room description plus the inventory, normalised to the
+tokenizer's alphabet (``text.normalize``) and cut to ``obs_chars`` characters; the
+actions are the game's admissible commands (the prompt's task is the quest objective).
+Reward 1 on winning (``won``), 0 otherwise; a lost game ends the episode. Requires the
+``envs`` extra (``pip install bepo-jax[envs]``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .text import normalize
+
+
+def _textworld():
+    try:
+        import textworld
+        import textworld.generator
+    except ImportError as err:  # pragma: no cover - depends on the install
+        raise ImportError("the TextWorld environment needs textworld: pip install 'bepo-jax[envs]'") from err
+    return textworld
+
+
+def generate_games(n: int, out_dir: str | Path, *, seed: int = 0, rooms: int = 2, objects: int = 3,
+                   quest_length: int = 1) -> list[Path]:
+    """``n`` compiled games under ``out_dir`` (reused when already there), deterministic in ``seed``."""
+    tw = _textworld()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(n):
+        target = out_dir / f"game_r{rooms}_o{objects}_q{quest_length}_s{seed + i}.z8"
+        if not target.exists():
+            opt = tw.GameOptions()
+            opt.nb_rooms, opt.nb_objects, opt.quest_length = rooms, objects, quest_length
+            opt.seeds = seed + i
+            opt.path = str(target)
+            opt.file_ext = ".z8"
+            opt.force_recompile = True
+            game = tw.generator.make_game(opt)
+            built = Path(tw.generator.compile_game(game, opt))
+            if built != target:
+                built.replace(target)
+                for ext in (".json", ".ni"):
+                    side = built.with_suffix(ext)
+                    if side.exists():
+                        side.replace(target.with_suffix(ext))
+        paths.append(target)
+    return paths
+
+
+class TextWorldEnv:
+    """One TextWorld game at a time behind the ``HostEnv`` interface."""
+
+    def __init__(self, *, obs_chars: int = 160, objective_chars: int = 96, max_commands: int = 12,
+                 command_chars: int = 16):
+        self.tw = _textworld()
+        self.obs_chars = obs_chars
+        self.objective_chars = objective_chars
+        self.max_commands = max_commands
+        self.command_chars = command_chars
+        self._infos = self.tw.EnvInfos(description=True, inventory=True, admissible_commands=True, won=True,
+                                       lost=True, objective=True)
+        self._env = None
+        self._path: Optional[str] = None
+        self.objective = ""
+
+    def _commands(self, state) -> list[str]:
+        """Admissible commands that fit the word table (at most ``max_commands``, each at most ``command_chars``)."""
+        cmds = [normalize(c) for c in (state.admissible_commands or [])]
+        return [c for c in cmds if 0 < len(c) <= self.command_chars][: self.max_commands]
+
+    def _observation(self, state) -> str:
+        return normalize(f"{state.description or ''} {state.inventory or ''}")[: self.obs_chars]
+
+    def reset(self, task: str | Path) -> tuple[str, list[str]]:
+        if self._path != str(task):
+            if self._env is not None:
+                self._env.close()
+            self._env = self.tw.start(str(task), request_infos=self._infos)
+            self._path = str(task)
+        state = self._env.reset()
+        self.objective = normalize(state.objective or "")[: self.objective_chars]
+        self._last = state
+        return self._observation(state), self._commands(state)
+
+    def step(self, command: str) -> tuple[str, float, bool, bool, list[str]]:
+        state, _, done = self._env.step(command)
+        won = bool(state.won)
+        self._last = state
+        return self._observation(state), float(won), bool(done or won or state.lost), won, self._commands(state)
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+

@@ -1,0 +1,91 @@
+"""The main job through the command line: train, kill + resume, eval, compare, bad flags."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bepo_jax.cli import main
+from bepo_jax.train import RunConfig, read_metrics, train
+
+TINY = ["--iterations", "4", "--groups", "2", "--group-size", "2", "--max-steps", "3", "--width", "16", "--heads", "2",
+        "--eval-tasks", "2", "--eval-every", "2", "--checkpoint-every", "2", "--task-pool", "4", "--quiet"]
+
+
+def _tiny_config(**kw):
+    return RunConfig(iterations=4, groups=2, group_size=2, max_steps=3, width=16, heads=2, eval_tasks=2, eval_every=2,
+                     checkpoint_every=2, task_pool=4, **kw)
+
+
+class Killed(Exception):
+    pass
+
+
+def test_train_writes_its_outputs_and_resume_continues_a_killed_run(tmp_path, capsys):
+    whole = tmp_path / "whole"
+    assert main(["train", "--out", str(whole), *TINY]) == 0
+    printed = capsys.readouterr().out
+    assert "success rate on 2 training tasks" in printed and "held-out" in printed
+    for name in ("config.json", "metrics.jsonl", "curve.png"):
+        assert (whole / name).exists(), name
+    assert list((whole / "tb").glob("events.out.tfevents.*"))
+    assert sorted(p.name for p in (whole / "checkpoints").iterdir() if p.name.isdigit()) == ["2", "4"]
+    rows = read_metrics(whole)
+    assert [r["iteration"] for r in rows] == [0, 1, 2, 3, 4]
+    assert "eval/success_rate" in rows[2] and "eval_train/success_rate" in rows[4]
+
+    # the same run killed during iteration 3 (after its metrics line, before checkpoint 4)
+    cut = tmp_path / "cut"
+
+    def kill(it, row):
+        if it == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train(_tiny_config(), cut, progress=False, on_iteration=kill)
+    assert [r["iteration"] for r in read_metrics(cut)] == [0, 1, 2, 3]
+    with pytest.raises(SystemExit):  # the directory holds a run: refuse to overwrite it
+        main(["train", "--out", str(cut), *TINY])
+    assert "already holds a run" in capsys.readouterr().err
+    assert main(["train", "--out", str(cut), "--resume", "--quiet"]) == 0
+    resumed = read_metrics(cut)
+    assert [r["iteration"] for r in resumed] == [0, 1, 2, 3, 4]
+    for a, b in zip(rows, resumed):
+        for k in a:
+            if k not in ("step_time", "env_steps_per_s"):
+                np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6, err_msg=f"iteration {a['iteration']} {k}")
+
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(cut / "checkpoints"), "--tasks", "3"]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["iteration"] == 4 and ev["tasks"] == 3 and 0.0 <= ev["success_rate"] <= 1.0
+
+
+def test_compare_writes_a_table_and_a_plot(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    tiny = [a for a in TINY]
+    tiny[tiny.index("--iterations") + 1] = "2"
+    assert main(["compare", "--estimators", "grpo,gated_bepo", "--seeds", "2", "--out", str(out), *tiny]) == 0
+    table = (out / "compare.md").read_text()
+    assert "| grpo |" in table and "| gated_bepo |" in table and "+-" in table
+    assert (out / "compare.png").exists()
+    summary = json.loads((out / "compare.json").read_text())["summary"]
+    assert summary["gated_bepo"]["runs"] == 2
+    assert len(list((out / "grpo").iterdir())) == 2
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train", "--env", "chess"], "invalid choice: 'chess' (choose from 'sokoban', 'maze', 'textworld')"),
+    (["train", "--estimator", "ppo"], "invalid choice: 'ppo'"),
+    (["train", "--set", "lamb=0.5"], "lamb"),
+    (["train", "--set", "norm=median"], "GatedBEPOConfig.norm='median' is not valid; use one of 'mean', 'mean_std'"),
+    (["train", "--heads", "3"], "width=64 must be a multiple of heads=3"),
+    (["train", "--groups", "0"], "RunConfig.groups"),
+    (["compare", "--estimators", "grpo,nope"], "unknown estimator 'nope'; valid names: grpo"),
+    (["eval", "--checkpoint", "/nonexistent/run"], "no config.json"),
+])
+def test_bad_flags_name_the_valid_values(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,139 @@
+"""The environment interface: Jumanji Maze (adapter), TextWorld (host), the host loop vs the jitted loop."""
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import bepo_jax as bj
+from bepo_jax.envs import sokoban as sk
+from bepo_jax.envs.base import env_reset, env_step
+from bepo_jax.envs.text import EOS, VOCAB, encode
+from bepo_jax.host_rollout import JaxEnvOnHost, make_host_rollout
+from bepo_jax.rollout import RolloutConfig, make_rollout, prompt_length
+from bepo_jax.train import RunConfig, Setup
+
+from .test_rollout import ScriptedLM, _words
+
+
+def _maze_path(grid):
+    """BFS on a rendered maze grid (0 wall, 2 target, 3 agent): the shortest action list
+    (0 up, 1 right, 2 down, 3 left)."""
+    g = np.asarray(grid)
+    start = tuple(np.argwhere(g == 3)[0])
+    goal = tuple(np.argwhere(g == 2)[0])
+    moves = [(-1, 0), (0, 1), (1, 0), (0, -1)]
+    prev = {start: None}
+    q = collections.deque([start])
+    while q:
+        p = q.popleft()
+        for a, (dr, dc) in enumerate(moves):
+            n = (p[0] + dr, p[1] + dc)
+            if 0 <= n[0] < g.shape[0] and 0 <= n[1] < g.shape[1] and g[n] != 0 and n not in prev:
+                prev[n] = (p, a)
+                q.append(n)
+    path, p = [], goal
+    while prev[p] is not None:
+        p, a = prev[p]
+        path.append(a)
+    return path[::-1]
+
+
+def test_jumanji_maze_adapter_steps_like_the_maze():
+    from bepo_jax.envs.jumanji_env import maze
+
+    env = maze(5, 5, max_steps=30)
+    tasks = env.sample_tasks(4, 0)
+    for i in range(4):
+        s = env_reset(env, tasks[i])
+        text = bj.envs.base.render_tokens_text(env.render(s.inner))
+        assert text.count("P") == 1 and text.count("O") == 1 and len(text) == 5 * 6
+        path = _maze_path(env.observation(s.inner))
+        assert path, "the target is reachable"
+        total = 0.0
+        for a in path:
+            assert not bool(s.done)
+            s, r, valid = env_step(env, s, jnp.int32(a))
+            total += float(r)
+        assert bool(s.success) and bool(s.done) and total == 1.0 and int(s.t) == len(path)
+    # invalid action: a no-op that spends a step
+    s = env_reset(env, tasks[0])
+    s2, r, valid = env_step(env, s, jnp.int32(-1))
+    assert int(s2.t) == 1 and float(r) == 0.0 and bool(valid)
+    np.testing.assert_array_equal(env.observation(s2.inner), env.observation(s.inner))
+
+
+def _tiny(env, **kw):
+    return RunConfig(env=env, iterations=1, groups=2, group_size=2, width=16, heads=2, eval_tasks=2, task_pool=2,
+                     max_steps=3, **kw)
+
+
+@pytest.mark.parametrize("env", ["sokoban", "maze", "textworld"])
+def test_end_to_end_rollout_advantages_update(env, tmp_path):
+    """Each environment through rollout, Gated-BEPO advantages and one update."""
+    setup = Setup(_tiny(env, entropy_coef=0.01), cache_dir=tmp_path / "games")  # moves even without credit
+    state = setup.trainer.init_state()
+    before = jax.tree_util.tree_map(np.asarray, state.params)
+    state, m = setup.iterate(state, 1)
+    after = jax.tree_util.tree_map(np.asarray, state.params)
+    changed = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda a, b: bool(np.any(a != b)), before, after))
+    assert any(changed), "the update moved the parameters"
+    assert all(np.isfinite(v) for v in m.values())
+    assert m["env_steps"] > 0 and 0.0 <= m["success_rate"] <= 1.0
+    assert m["invalid_rate"] == 0.0  # constrained decoding: every response is a valid action
+    ev = setup.evaluate(state.params)
+    assert 0.0 <= ev["success_rate"] <= 1.0 and ev["tasks"] == 2
+
+
+def test_textworld_env_wins_with_the_walkthrough(tmp_path):
+    textworld = pytest.importorskip("textworld")
+    from bepo_jax.envs.textworld_env import TextWorldEnv, generate_games
+
+    (path,) = generate_games(1, tmp_path, seed=3)
+    assert generate_games(1, tmp_path, seed=3) == [path]  # reused, not regenerated
+    infos = textworld.EnvInfos(policy_commands=True)
+    ref = textworld.start(str(path), request_infos=infos)
+    walkthrough = ref.reset().policy_commands
+    ref.close()
+    env = TextWorldEnv(command_chars=40, max_commands=64)
+    obs, cmds = env.reset(path)
+    assert env.objective and obs and all(c == c.lower() for c in cmds)
+    encode(obs), encode(env.objective)  # in the tokenizer's alphabet
+    won = False
+    for c in walkthrough:
+        assert c.lower() in cmds, (c, cmds)
+        obs, r, done, won, cmds = env.step(c.lower())
+    assert won and done and r == 1.0
+    env.close()
+
+
+def test_host_loop_equals_jitted_loop_for_a_fixed_policy():
+    """The host-driven loop (JaxEnvOnHost) and the jitted rollout give the same episodes
+    under a deterministic policy: actions, rewards, outcomes, tokens, key equality."""
+    env = sk.SokobanEnv(sk.SokobanConfig(max_steps=4))
+    cfg = RolloutConfig(group_size=2)
+    P = prompt_length(env.obs_len, cfg.history, 5)
+    model = ScriptedLM(P + cfg.max_response, P, _words("left"))
+    params = nnx.state(model, nnx.Param)
+    levels = env.sample_tasks(3, 5)
+    a = jax.jit(make_rollout(model, env, cfg))(params, levels, jax.random.PRNGKey(0))
+    host = make_host_rollout(model, lambda: JaxEnvOnHost(env), cfg, max_steps=4, obs_len=env.obs_len,
+                             word_width=5, max_commands=4)
+    b = host(params, [sk.level_at(levels, i) for i in range(3)], jax.random.PRNGKey(1))
+    for f in ("reward", "mask", "outcome", "penalty"):
+        np.testing.assert_array_equal(np.asarray(getattr(a.batch, f)), np.asarray(getattr(b.batch, f)), err_msg=f)
+    np.testing.assert_array_equal(np.asarray(a.actions), np.asarray(b.actions))
+    np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
+    np.testing.assert_array_equal(np.asarray(a.response_mask), np.asarray(b.response_mask))
+    np.testing.assert_allclose(np.asarray(a.old_logp), np.asarray(b.old_logp), atol=1e-5)
+    ka, kb = np.asarray(a.batch.obs_key), np.asarray(b.batch.obs_key)
+    m = np.asarray(a.batch.mask)
+    for g in range(3):
+        ia = [tuple(k) for k in ka[g][m[g]]]
+        ib = [tuple(k) for k in kb[g][m[g]]]
+        same_a = np.array([[x == y for y in ia] for x in ia])
+        same_b = np.array([[x == y for y in ib] for x in ib])
+        np.testing.assert_array_equal(same_a, same_b)
