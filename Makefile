@@ -1,11 +1,11 @@
 # Two commands do all the set-up on a fresh machine with python3.11 and make:
-#   make demo   — the main job (creates .venv when missing)
+#   make train  — the main job (creates .venv when missing)
 #   make test   — the whole test suite (creates .venv when missing)
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lock clean
+.PHONY: train demo test lock clean
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,11 +14,15 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
+train: $(VENV)/.installed
+	$(VENV)/bin/bepo-jax train --env sokoban --estimator gated_bepo --out runs/sokoban_gated_bepo_s0$(if $(wildcard runs/sokoban_gated_bepo_s0/config.json), --resume,)
+
 demo: $(VENV)/.installed
 	$(VENV)/bin/bepo-jax demo
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -n 2 -q
+	BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16 $(PY) -m pytest -n 2 -q --nbmake notebooks/*.ipynb
 
 # Re-lock after changing dependencies in pyproject.toml.
 lock:

@@ -98,12 +98,10 @@ def compare(base: RunConfig, estimators: Sequence[str], *, seeds: int, out: str 
 
 
 def _plot(results: dict, path: Path, *, title: str) -> None:
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig = Figure(figsize=(6.4, 3.8))
+    ax = fig.subplots()
     for i, (name, runs) in enumerate(results.items()):
         n = min(len(r) for r in runs)
         it = np.array([row["iteration"] for row in runs[0][:n]])
@@ -121,4 +119,3 @@ def _plot(results: dict, path: Path, *, title: str) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

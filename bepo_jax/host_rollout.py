@@ -142,12 +142,15 @@ class JaxEnvOnHost:
     """A ``JaxEnv`` stepped one episode at a time from Python: the host-driven baseline of
     the jitted loop (each step a separate jitted call per environment)."""
 
+    _compiled: dict = {}  # id(env) -> (env, reset, step, render): one compilation for all episodes
+
     def __init__(self, env: JaxEnv):
         self.env = env
         self.objective = ""
-        self._reset = jax.jit(lambda task: env_reset(env, task))
-        self._step = jax.jit(lambda s, a: env_step(env, s, a))
-        self._render = jax.jit(env.render)
+        if id(env) not in self._compiled or self._compiled[id(env)][0] is not env:
+            self._compiled[id(env)] = (env, jax.jit(lambda task: env_reset(env, task)),
+                                       jax.jit(lambda s, a: env_step(env, s, a)), jax.jit(env.render))
+        _, self._reset, self._step, self._render = self._compiled[id(env)]
         self._words = list(env.action_words)
 
     def reset(self, task) -> tuple[str, list[str]]:

@@ -278,14 +278,9 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     return rows
 
 
-def plot_curve(rows: list[dict], path: Path, *, title: str = "") -> None:
-    """Training success rate (raw and smoothed) and held-out success vs iteration."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+def draw_curve(rows: list[dict], ax) -> None:
+    """Training success rate (raw and trailing mean) and the evaluations (training tasks
+    and held-out, with 95% CIs) vs iteration, on a matplotlib Axes."""
     it = np.array([r["iteration"] for r in rows])
     if len(it):
         sr = np.array([r["success_rate"] for r in rows])
@@ -302,11 +297,19 @@ def plot_curve(rows: list[dict], path: Path, *, title: str = "") -> None:
     ax.set_xlabel("iteration")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title)
     ax.legend(loc="upper left", fontsize=8)
+
+
+def plot_curve(rows: list[dict], path: Path, *, title: str = "") -> None:
+    """``draw_curve`` into a PNG file."""
+    from matplotlib.figure import Figure  # no pyplot: no backend switch, works in notebooks and headless
+
+    fig = Figure(figsize=(6, 3.6))
+    ax = fig.subplots()
+    draw_curve(rows, ax)
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def train(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bool = True,
