@@ -45,13 +45,17 @@ _RUN_FLAGS = ("iterations", "groups", "group_size", "history", "temperature", "m
               "boxes", "entropy_coef", "task_pool")
 
 
-def _run_config(args: argparse.Namespace, **kw):
+def _run_config(args: argparse.Namespace, base=None, **kw):
+    """The flags given explicitly, over ``base`` (a stored RunConfig) or the defaults."""
     from .train import RunConfig
 
-    fields = {f: getattr(args, f) for f in _RUN_FLAGS if getattr(args, f, None) is not None}
+    fields = {f: getattr(args, f) for f in _RUN_FLAGS + ("env",) if getattr(args, f, None) is not None}
     if getattr(args, "unconstrained", False):
         fields["constrained"] = False
-    return RunConfig(env=args.env, estimator_config=_parse_set(args.set), **fields, **kw)
+    if args.set:
+        fields["estimator_config"] = _parse_set(args.set)
+    fields.update({k: v for k, v in kw.items() if v is not None})
+    return (base or RunConfig()).replace(**fields)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -59,25 +63,30 @@ def _train(args: argparse.Namespace) -> int:
 
     cfg = _run_config(args, estimator=args.estimator)
     out = Path(args.out or f"runs/{cfg.env}_{cfg.estimator}_s{cfg.seed}")
-    if args.resume and not (out / "config.json").exists():
-        raise ValueError(f"--resume: {out} holds no run (no config.json); start one without --resume.")
     if args.resume:
-        stored = RunConfig.from_dict(json.loads((out / "config.json").read_text()))
-        cfg = stored.replace(iterations=args.iterations or stored.iterations)
+        if not (out / "config.json").exists():
+            raise ValueError(f"--resume: {out} holds no run (no config.json); start one without --resume.")
+        # the stored config, with the flags given now on top (train() rejects any change but iterations)
+        cfg = _run_config(args, base=RunConfig.from_dict(json.loads((out / "config.json").read_text())),
+                          estimator=args.estimator)
     res = train(cfg, out, resume=args.resume, progress=not args.quiet)
+    from .train import paired_change
+
     for label, i, f in (("training tasks", res["initial_train"], res["final_train"]),
                         ("held-out tasks", res["initial"], res["final"])):
-        print(f"success rate on {f['tasks']} {label}: {i['success_rate']:.3f} +- {i['ci95']:.3f} before -> "
-              f"{f['success_rate']:.3f} +- {f['ci95']:.3f} after {res['iterations']} iterations (95% CI)")
+        d, h = paired_change(i, f)
+        print(f"success rate on {f['tasks']} {label}: {i['success_rate']:.3f} -> {f['success_rate']:.3f} after "
+              f"{res['iterations']} iterations; paired change {d:+.3f} +- {h:.3f} (95% CI)")
     print(f"run: {out}  (config.json, metrics.jsonl, tb/, curve.png, checkpoints/)")
     return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
     from .compare import compare
+    from .estimators.registry import ESTIMATORS
 
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
-    base = _run_config(args, estimator=names[0] if names else "gated_bepo")
+    base = _run_config(args, estimator=names[0] if names and names[0] in ESTIMATORS else None)
     out = Path(args.out or f"runs/compare_{base.env}")
     table = compare(base, names, seeds=args.seeds, out=out, threshold=args.threshold, progress=not args.quiet)
     print(table)
@@ -102,7 +111,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     from .train import ENVS, RunConfig
 
     d = RunConfig()
-    p.add_argument("--env", choices=ENVS, default=d.env, help=f"environment ({_choices_msg('env', ENVS)})")
+    p.add_argument("--env", choices=ENVS, default=None, help=f"environment, {_choices_msg('env', ENVS)} (default {d.env})")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="estimator config override (repeatable), e.g. --set lam=0.5")
     p.add_argument("--out", help="run directory (default runs/<env>_<estimator>_s<seed>)")
@@ -123,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a policy with an estimator's credit (the main job)")
-    t.add_argument("--estimator", choices=list(ESTIMATORS), default="gated_bepo")
+    t.add_argument("--estimator", choices=list(ESTIMATORS), default=None, help="(default gated_bepo)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
     _add_run_flags(t)
     t.set_defaults(func=_train)

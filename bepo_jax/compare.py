@@ -17,19 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .estimators.registry import get_estimator
-from .train import RunConfig, read_metrics, train
-
-
-def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and the 95% t-interval half-width (nan for fewer than two values)."""
-    from scipy import stats
-
-    x = np.asarray(values, np.float64)
-    if len(x) == 0:
-        return float("nan"), float("nan")
-    if len(x) < 2:
-        return float(x.mean()), float("nan")
-    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+from .train import RunConfig, mean_ci, read_metrics, train
 
 
 def iterations_to(rows: list[dict], threshold: float, window: int = 5) -> Optional[int]:

@@ -251,9 +251,29 @@ class Setup:
             ro = self._eval(params, jax.tree_util.tree_map(jnp.asarray, pool), key)
         s = np.asarray(ro.success, np.float64)
         per_task = s.mean(axis=1)
-        return {"success_rate": float(s.mean()), "tasks": int(s.shape[0]),
-                "ci95": float(1.96 * per_task.std(ddof=1) / math.sqrt(len(per_task))) if len(per_task) > 1 else 0.0,
-                "return": float(np.asarray(ro.batch.reward).sum(-1).mean())}
+        ci = mean_ci(per_task)[1]
+        return {"success_rate": float(s.mean()), "tasks": int(s.shape[0]), "ci95": 0.0 if math.isnan(ci) else ci,
+                "return": float(np.asarray(ro.batch.reward).sum(-1).mean()),
+                "per_task": [float(x) for x in per_task]}
+
+
+def mean_ci(values) -> tuple[float, float]:
+    """Mean and the 95% Student-t half-width (nan for fewer than two values)."""
+    from scipy import stats
+
+    x = np.asarray(values, np.float64)
+    if len(x) == 0:
+        return float("nan"), float("nan")
+    if len(x) < 2:
+        return float(x.mean()), float("nan")
+    return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def paired_change(before: dict, after: dict) -> tuple[float, float]:
+    """Mean change of per-task success between two evaluations of the same tasks, with
+    its 95% t half-width (the paired test: task difficulty cancels)."""
+    a, b = np.asarray(before["per_task"]), np.asarray(after["per_task"])
+    return mean_ci(b - a)
 
 
 # ------------------------------------------------------------------------------ the run
@@ -322,9 +342,10 @@ def train(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bo
                          "or choose another --out.")
     if resume and cfg_path.exists():
         stored = RunConfig.from_dict(json.loads(cfg_path.read_text()))
-        if stored.replace(iterations=cfg.iterations) != cfg.replace(iterations=cfg.iterations) and cfg != RunConfig():
-            raise ValueError(f"--resume: the flags differ from {cfg_path}; resume with the stored config "
-                             "(only --iterations may change).")
+        if stored.replace(iterations=cfg.iterations) != cfg:
+            diff = sorted(k for k, v in cfg.to_dict().items() if stored.to_dict()[k] != v and k != "iterations")
+            raise ValueError(f"resume: the config differs from {cfg_path} in {diff}; resume with the stored config "
+                             "(only iterations may change).")
         cfg = stored.replace(iterations=cfg.iterations)
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(cfg_path, json.dumps(cfg.to_dict(), indent=2))
@@ -392,7 +413,7 @@ def _append(out: Path, row: dict, tb) -> None:
         f.flush()
         os.fsync(f.fileno())
     for k, v in row.items():
-        if k != "iteration":
+        if k != "iteration" and not isinstance(v, list):
             tb.add_scalar(k, v, row["iteration"])
     tb.flush()
 

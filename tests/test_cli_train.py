@@ -47,6 +47,10 @@ def test_train_writes_its_outputs_and_resume_continues_a_killed_run(tmp_path, ca
     with pytest.raises(SystemExit):  # the directory holds a run: refuse to overwrite it
         main(["train", "--out", str(cut), *TINY])
     assert "already holds a run" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a resumed run keeps its config (only --iterations may change)
+        main(["train", "--out", str(cut), "--resume", "--quiet", "--width", "32"])
+    err = capsys.readouterr().err
+    assert "differs from" in err and "['width']" in err
     assert main(["train", "--out", str(cut), "--resume", "--quiet"]) == 0
     resumed = read_metrics(cut)
     assert [r["iteration"] for r in resumed] == [0, 1, 2, 3, 4]
