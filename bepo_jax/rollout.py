@@ -126,14 +126,25 @@ def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool
         key, sub = jax.random.split(key)
         if table is not None:
             cand = table[:, :, min(r, W1 - 1)]  # [N, A] the next token of each word
-        if table is not None and forced is not None and forced[min(r, W1 - 1)]:
-            tok = jnp.take_along_axis(cand, jnp.argmax(word_alive, axis=1)[:, None], axis=1)[:, 0]
-        else:
+
+        def sampled(seq, msk, sub, cand=None, word_alive=None):
             logits = model(seq, msk | (jnp.arange(L) == P + r)[None])[:, P + r - 1]
-            if table is not None:
+            if cand is not None:
                 allowed = jnp.any(word_alive[:, :, None] & (cand[:, :, None] == jnp.arange(logits.shape[-1])), axis=1)
                 logits = jnp.where(allowed, logits, -jnp.inf)
-            tok = jax.random.categorical(sub, logits / temperature, axis=-1).astype(jnp.int32)
+            return jax.random.categorical(sub, logits / temperature, axis=-1).astype(jnp.int32)
+
+        if table is None:
+            tok = sampled(seq, msk, sub)
+        else:
+            only = jnp.take_along_axis(cand, jnp.argmax(word_alive, axis=1)[:, None], axis=1)[:, 0]
+            if forced is not None and forced[min(r, W1 - 1)]:
+                tok = only  # statically determined: no forward pass
+            elif forced is not None:
+                tok = sampled(seq, msk, sub, cand, word_alive)
+            else:  # per-row tables (host loop): skip the forward when every alive row is determined
+                determined = jnp.all(jnp.where(word_alive, cand == only[:, None], True), axis=1) | ~alive
+                tok = jax.lax.cond(jnp.all(determined), lambda *a: only, sampled, seq, msk, sub, cand, word_alive)
         tok = jnp.where(alive, tok, PAD)
         if table is not None:
             word_alive = word_alive & (cand == tok[:, None])

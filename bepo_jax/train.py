@@ -135,7 +135,7 @@ class Setup:
         self.host = cfg.env == "textworld"
         self.rollout_cfg = RolloutConfig(group_size=cfg.group_size, history=cfg.history, temperature=cfg.temperature,
                                          constrained=cfg.constrained, invalid_penalty=cfg.invalid_penalty,
-                                         max_response=8 if not self.host else 17)
+                                         max_response=8 if not self.host else 25)
         if cfg.env == "sokoban":
             from .envs.sokoban import SokobanConfig, SokobanEnv
 
@@ -154,7 +154,7 @@ class Setup:
             self.train_tasks = [str(p) for p in generate_games(pool, games_dir, seed=cfg.seed * 7919, **kw)]
             self.eval_pool = [str(p) for p in generate_games(
                 min(cfg.eval_tasks, 8), games_dir, seed=cfg.seed * 7919 + EVAL_SEED_OFFSET, **kw)]
-            obs_len, word, cmds, task_len, self.max_steps = 160, 16, 12, 96, cfg.max_steps or 8
+            obs_len, word, cmds, task_len, self.max_steps = 160, 24, 12, 96, cfg.max_steps or 8
             P = prompt_length(obs_len, cfg.history, word, task_len)
             make = lambda: TextWorldEnv(obs_chars=obs_len, objective_chars=task_len, max_commands=cmds,
                                         command_chars=word)

@@ -110,11 +110,13 @@ def test_textworld_env_wins_with_the_walkthrough(tmp_path):
     env.close()
 
 
-def test_host_loop_equals_jitted_loop_for_a_fixed_policy():
+@pytest.mark.parametrize("constrained", [False, True])
+def test_host_loop_equals_jitted_loop_for_a_fixed_policy(constrained):
     """The host-driven loop (JaxEnvOnHost) and the jitted rollout give the same episodes
-    under a deterministic policy: actions, rewards, outcomes, tokens, key equality."""
+    under a deterministic policy: actions, rewards, outcomes, tokens, key equality (with
+    constrained decoding: static forced positions vs the host's per-row skip)."""
     env = sk.SokobanEnv(sk.SokobanConfig(max_steps=4))
-    cfg = RolloutConfig(group_size=2)
+    cfg = RolloutConfig(group_size=2, constrained=constrained)
     P = prompt_length(env.obs_len, cfg.history, 5)
     model = ScriptedLM(P + cfg.max_response, P, _words("left"))
     params = nnx.state(model, nnx.Param)

@@ -61,7 +61,7 @@ class TextWorldEnv:
     """One TextWorld game at a time behind the ``HostEnv`` interface."""
 
     def __init__(self, *, obs_chars: int = 160, objective_chars: int = 96, max_commands: int = 12,
-                 command_chars: int = 16):
+                 command_chars: int = 24):
         self.tw = _textworld()
         self.obs_chars = obs_chars
         self.objective_chars = objective_chars
