@@ -21,6 +21,7 @@ class Killed(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_train_writes_its_outputs_and_resume_continues_a_killed_run(tmp_path, capsys):
     whole = tmp_path / "whole"
     assert main(["train", "--out", str(whole), *TINY]) == 0
@@ -65,6 +66,7 @@ def test_train_writes_its_outputs_and_resume_continues_a_killed_run(tmp_path, ca
     assert ev["iteration"] == 4 and ev["tasks"] == 3 and 0.0 <= ev["success_rate"] <= 1.0
 
 
+@pytest.mark.slow
 def test_compare_writes_a_table_and_a_plot(tmp_path, capsys):
     out = tmp_path / "cmp"
     tiny = [a for a in TINY]
