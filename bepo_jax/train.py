@@ -334,7 +334,8 @@ def plot_curve(rows: list[dict], path: Path, *, title: str = "") -> None:
 
 def train(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bool = True,
           on_iteration: Optional[Callable[[int, dict], None]] = None) -> dict:
-    """Run (or resume) a training run under ``out``; returns the final held-out evaluation."""
+    """Run (or resume) a training run under ``out``. Returns the first and last evaluations:
+    ``initial`` / ``final`` (held-out tasks), ``initial_train`` / ``final_train`` (training tasks)."""
     out = Path(out)
     cfg_path = out / "config.json"
     if cfg_path.exists() and not resume:
