@@ -75,12 +75,18 @@ def pytree_config(*, static: Iterable[str]):
         if unknown:
             raise TypeError(f"{cls.__name__}: static fields {sorted(unknown)} are not fields")
         data = [n for n in names if n not in static]
-        cls.to_dict = _to_dict
-        cls.from_dict = classmethod(_from_dict)
-        cls.replace = _replace
-        return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=list(static))
+        return jax.tree_util.register_dataclass(with_dict_methods(cls), data_fields=data, meta_fields=list(static))
 
     return wrap
+
+
+def with_dict_methods(cls):
+    """Give a config dataclass ``to_dict``, ``from_dict`` and ``replace`` (unknown fields
+    raise listing the valid ones). Used by every pytree config and by plain configs."""
+    cls.to_dict = _to_dict
+    cls.from_dict = classmethod(_from_dict)
+    cls.replace = _replace
+    return cls
 
 
 def _check_fields(cls, names: Iterable[str], what: str) -> None:

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ._config import check_choice, check_int, check_range
+from ._config import check_choice, check_int, check_range, with_dict_methods
 from .envs.text import VOCAB
 from .estimators.registry import ESTIMATORS, get_estimator, make_config
 from .models import DecoderLM, TransformerConfig
@@ -45,6 +45,7 @@ ENVS = ("sokoban", "maze", "textworld")
 EVAL_SEED_OFFSET = 1_000_003
 
 
+@with_dict_methods
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunConfig:
     """Everything a run needs (written to ``config.json``).
@@ -108,20 +109,6 @@ class RunConfig:
         check_range(n, "entropy_coef", self.entropy_coef, lo=0.0)
         if self.width % self.heads:
             raise ValueError(f"RunConfig.width={self.width} must be a multiple of heads={self.heads}.")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RunConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown RunConfig field(s) {unknown}; valid fields: {', '.join(sorted(names))}.")
-        return cls(**d)
-
-    def replace(self, **kw) -> "RunConfig":
-        return self.from_dict({**self.to_dict(), **kw})
 
 
 # ------------------------------------------------------------------------------ the pieces
