@@ -17,17 +17,14 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .estimators.registry import get_estimator
-from .train import RunConfig, mean_ci, read_metrics, train
+from .train import RunConfig, mean_ci, read_metrics, train, trailing_mean
 
 
 def iterations_to(rows: list[dict], threshold: float, window: int = 5) -> Optional[int]:
     """The first iteration whose trailing-mean training success rate reaches ``threshold``."""
     its = [r for r in rows if r["iteration"] > 0]
-    sr = np.array([r["success_rate"] for r in its])
-    for i in range(len(sr)):
-        if sr[max(0, i - window + 1): i + 1].mean() >= threshold:
-            return int(its[i]["iteration"])
-    return None
+    reached = np.flatnonzero(trailing_mean([r["success_rate"] for r in its], window) >= threshold)
+    return int(its[reached[0]]["iteration"]) if len(reached) else None
 
 
 def _fmt(m: float, h: float, digits: int = 3) -> str:
@@ -95,7 +92,7 @@ def _plot(results: dict, path: Path, *, title: str) -> None:
         it = np.array([row["iteration"] for row in runs[0][:n]])
         sr = np.array([[row["success_rate"] for row in r[:n]] for r in runs])
         w = max(1, n // 10)
-        smooth = np.stack([[s[max(0, j - w + 1): j + 1].mean() for j in range(n)] for s in sr])
+        smooth = np.stack([trailing_mean(s, w) for s in sr])
         m = smooth.mean(0)
         ax.plot(it, m, color=f"C{i}", label=name)
         if len(runs) > 1:

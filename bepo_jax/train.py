@@ -256,6 +256,12 @@ def mean_ci(values) -> tuple[float, float]:
     return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
 
 
+def trailing_mean(x, window: int) -> np.ndarray:
+    """Mean of the last ``window`` values at each position (fewer at the start)."""
+    x = np.asarray(x, np.float64)
+    return np.array([x[max(0, i - window + 1): i + 1].mean() for i in range(len(x))])
+
+
 def paired_change(before: dict, after: dict) -> tuple[float, float]:
     """Mean change of per-task success between two evaluations of the same tasks, with
     its 95% t half-width (the paired test: task difficulty cancels)."""
@@ -293,8 +299,7 @@ def draw_curve(rows: list[dict], ax) -> None:
         sr = np.array([r["success_rate"] for r in rows])
         ax.plot(it, sr, color="0.75", lw=1, label="train (per iteration)")
         w = max(1, len(sr) // 10)
-        smooth = np.array([sr[max(0, i - w + 1): i + 1].mean() for i in range(len(sr))])
-        ax.plot(it, smooth, color="C0", label=f"train ({w}-iteration mean)")
+        ax.plot(it, trailing_mean(sr, w), color="C0", label=f"train ({w}-iteration mean)")
         for prefix, color, label in (("eval_train/", "C2", "training tasks (eval)"), ("eval/", "C3", "held-out")):
             ev = [(r["iteration"], r[prefix + "success_rate"], r.get(prefix + "ci95", 0.0))
                   for r in rows if prefix + "success_rate" in r]
