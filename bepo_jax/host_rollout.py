@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from .envs.base import JaxEnv, env_reset, env_step, parse_response, render_tokens_text, word_table
+from .envs.base import JaxEnv, env_reset, env_step, history_words, parse_response, render_tokens_text, word_table
 from .envs.text import EOS, PAD, encode
 from .hashing import hash_observations
 from .rollout import Rollout, RolloutConfig, _check_response_fits, build_prompt, finish_rollout, prompt_length, \
@@ -116,9 +116,8 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
             seqs.append(seq), msks.append(msk & live[:, None]), resps.append(resp & live[:, None])
             logps.append(np.where(live[:, None], logp, 0.0))
             if h:
-                word = np.full((N, word_width), PAD, np.int32)
-                for i in np.flatnonzero(action >= 0):
-                    word[i] = np.where(table[i, action[i], :word_width] == EOS, PAD, table[i, action[i], :word_width])
+                chosen = history_words(table[np.arange(N), np.maximum(action, 0)])
+                word = np.where((action >= 0)[:, None], chosen, PAD)
                 h_obs = np.concatenate([h_obs[:, 1:], obs[:, None]], axis=1)
                 h_obs_m = np.concatenate([h_obs_m[:, 1:], obs_m[:, None]], axis=1)
                 h_word = np.concatenate([h_word[:, 1:], word[:, None]], axis=1)

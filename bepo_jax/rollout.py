@@ -31,7 +31,7 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
 from ._config import check_int, check_range
-from .envs.base import EnvState, JaxEnv, env_reset, env_step, parse_response, word_table
+from .envs.base import JaxEnv, env_reset, env_step, history_words, parse_response, word_table
 from .envs.text import BOS, EOS, PAD, SEP
 from .hashing import hash_tokens
 from .models.interface import token_logprobs
@@ -172,7 +172,7 @@ def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = Rollout
     words = word_table(env.action_words, max(len(w) for w in env.action_words))
     A = words.shape[1] - 1
     _check_response_fits(config, A)
-    hist_words = np.where(words[:, :A] == EOS, PAD, words[:, :A])
+    hist_words = history_words(words)
     forced = forced_positions(words)
     S, h, T, K = env.obs_len, config.history, env.max_steps, config.group_size
     hh = max(h, 1)

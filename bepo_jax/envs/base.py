@@ -120,6 +120,11 @@ def word_table(words: Sequence[str], width: int) -> np.ndarray:
     return table
 
 
+def history_words(table: Int[Array, "... W1"]) -> Int[Array, "... W"]:
+    """Word-table rows as the prompt's action slot: the word's tokens, PAD after it."""
+    return np.where(table[..., :-1] == EOS, PAD, table[..., :-1])
+
+
 def word_lengths(table: Int[Array, "... A W1"]) -> Int[Array, "... A"]:
     return jnp.argmax(table == EOS, axis=-1).astype(jnp.int32)
 
