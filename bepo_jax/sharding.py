@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 

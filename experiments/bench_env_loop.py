@@ -109,7 +109,7 @@ def main():
                 rows=rows)
     (out / "bench_env_loop.json").write_text(json.dumps(info, indent=2))
     m = info["machine"]
-    lines = [f"# Jitted vs host-driven Sokoban rollouts (environment steps / s)", "",
+    lines = ["# Jitted vs host-driven Sokoban rollouts (environment steps / s)", "",
              f"Command: `{info['command']}`  ",
              f"Machine: {m['platform']}, {m['cpu_count']} CPUs, backend {m['backend']} ({m['device']}); "
              f"jax {m['jax']}. K = 8, 10 steps, h = 2, constrained decoding; best of the repeats, compile excluded.", "",

@@ -11,7 +11,7 @@ from flax import nnx
 import bepo_jax as bj
 from bepo_jax.envs import sokoban as sk
 from bepo_jax.envs.base import env_reset, env_step
-from bepo_jax.envs.text import EOS, VOCAB, encode
+from bepo_jax.envs.text import encode
 from bepo_jax.host_rollout import JaxEnvOnHost, make_host_rollout
 from bepo_jax.rollout import RolloutConfig, make_rollout, prompt_length
 from bepo_jax.train import RunConfig, Setup

@@ -1,7 +1,5 @@
 """Dense, sparse and direct solvers agree; non-convergence is reported, not hidden."""
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given

@@ -3,7 +3,6 @@ history-aware keys, diagnostics, configs as dicts."""
 
 import json
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -193,7 +192,6 @@ def test_history_separates_aliased_states():
 def test_registry_lists_every_estimator_and_runs_them():
     assert set(bj.ESTIMATORS) == {"grpo", "gigpo", "graphgpo", "gagpo", "gated_bepo", "bepo_nogate", "bepo_mc",
                                   "bepo_additive", "confidence_returns"}
-    rng = np.random.default_rng(0)
     b = batch_from_trajectories([[Trajectory(["a", "b"], [0, 10], SUCCESS), Trajectory(["a", "c", "c"], [0, 0, 0], FAILURE),
                                   Trajectory([], [], FAILURE)]])
     for name, est in bj.ESTIMATORS.items():

@@ -260,7 +260,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path):
 def test_keeps_last_n_and_survives_corruption_and_interrupted_saves(tmp_path):
     trainer = make_trainer()
     ck = Checkpointer(tmp_path / "ck", max_to_keep=2)
-    state = _run(trainer, trainer.init_state(), 0, 3, ck)
+    _run(trainer, trainer.init_state(), 0, 3, ck)
     assert ck.steps() == [2, 3]
     # A save that died half-way leaves only orbax's temporary directory behind.
     (tmp_path / "ck" / "4.orbax-checkpoint-tmp-1234").mkdir()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import bepo_jax as bj
-from bepo_jax import FAILURE, SUCCESS, GatedBEPOConfig, StepBatch
+from bepo_jax import FAILURE, SUCCESS, GatedBEPOConfig
 from bepo_jax.builders import Trajectory, batch_from_trajectories
 from bepo_jax.sharding import make_mesh, pad_groups, shard_batch, sharded
 

@@ -16,9 +16,8 @@ Reward: ``success_reward`` (10) on the step that puts the last box on a target, 
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int

@@ -15,7 +15,7 @@ Reward 1 on winning (``won``), 0 otherwise; a lost game ends the episode. Requir
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from .text import normalize
 

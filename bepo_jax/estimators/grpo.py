@@ -13,8 +13,6 @@ n = 1 sample: mu = 0, sigma = 1 (verl-agent). No valid record: all zeros.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from ..types import StepBatch
 from .ablations import (GAGPOConfig, bepo_additive, bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate,
