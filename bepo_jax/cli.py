@@ -103,15 +103,11 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _choices_msg(name: str, choices) -> str:
-    return f"one of: {', '.join(choices)}"
-
-
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     from .train import ENVS, RunConfig
 
     d = RunConfig()
-    p.add_argument("--env", choices=ENVS, default=None, help=f"environment, {_choices_msg('env', ENVS)} (default {d.env})")
+    p.add_argument("--env", choices=ENVS, default=None, help=f"environment, one of: {', '.join(ENVS)} (default {d.env})")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="estimator config override (repeatable), e.g. --set lam=0.5")
     p.add_argument("--out", help="run directory (default runs/<env>_<estimator>_s<seed>)")

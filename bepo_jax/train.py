@@ -145,7 +145,7 @@ class Setup:
             P = prompt_length(obs_len, cfg.history, word, task_len)
             make = lambda: TextWorldEnv(obs_chars=obs_len, objective_chars=task_len, max_commands=cmds,
                                         command_chars=word)
-            self._host_args = dict(make_env=make, max_steps=self.max_steps, obs_len=obs_len, word_width=word,
+            host_args = dict(make_env=make, max_steps=self.max_steps, obs_len=obs_len, word_width=word,
                                    max_commands=cmds, task_len=task_len)
         else:
             word = max(len(w) for w in self.env.action_words)
@@ -163,11 +163,12 @@ class Setup:
         self.estimator = get_estimator(cfg.estimator)
         self.est_cfg = make_config(cfg.estimator, **cfg.estimator_config)
         if self.host:
-            self.rollout = make_host_rollout(self.model, config=self.rollout_cfg, **self._host_args)
+            self.rollout = make_host_rollout(self.model, config=self.rollout_cfg, **host_args)
         else:
             self.rollout = make_rollout(self.model, self.env, self.rollout_cfg)
-        self._iteration = None
+        self._iteration = None  # jitted on first use
         self._update = None
+        self._eval = None
 
     # -- one iteration ------------------------------------------------------------------
     def _learn(self, state: TrainState, ro: Rollout):
@@ -227,7 +228,7 @@ class Setup:
             pool = self.train_tasks if training else self.eval_pool
             ro = self.rollout(params, pool[:n], key)
         else:
-            if not hasattr(self, "_eval"):
+            if self._eval is None:
                 self._eval = jax.jit(self.rollout)
             if training:
                 pool = jax.tree_util.tree_map(lambda x: x[: min(n, self.pool_size)], self.train_tasks)
@@ -343,7 +344,7 @@ def train(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bo
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(cfg_path, json.dumps(cfg.to_dict(), indent=2))
 
-    setup = Setup(cfg, cache_dir=out.parent / ".textworld_games" if cfg.env == "textworld" else None)
+    setup = _setup_for_run(cfg, out)
     ckpt = Checkpointer(out / "checkpoints", max_to_keep=cfg.keep_checkpoints)
     state = setup.trainer.init_state()
     start = 0
@@ -420,6 +421,11 @@ def _progress(enabled: bool):
                     TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled)
 
 
+def _setup_for_run(cfg: RunConfig, run_dir: Path) -> Setup:
+    """The run's Setup; generated TextWorld games are shared by the runs beside it."""
+    return Setup(cfg, cache_dir=run_dir.parent / ".textworld_games")
+
+
 def load_run(path: str | Path) -> tuple[Setup, TrainState, int]:
     """A run directory (or its ``checkpoints/``) -> (setup, restored state, iteration)."""
     path = Path(path)
@@ -428,7 +434,7 @@ def load_run(path: str | Path) -> tuple[Setup, TrainState, int]:
     if not cfg_path.exists():
         raise ValueError(f"{path} is not a run directory: no config.json in {run} (pass the --out of a train run).")
     cfg = RunConfig.from_dict(json.loads(cfg_path.read_text()))
-    setup = Setup(cfg, cache_dir=run.parent / ".textworld_games" if cfg.env == "textworld" else None)
+    setup = _setup_for_run(cfg, run)
     ckpt = Checkpointer(run / "checkpoints", max_to_keep=cfg.keep_checkpoints)
     try:
         state, meta, step = ckpt.restore_latest(setup.trainer.abstract_state())
