@@ -137,26 +137,26 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
     return rollout
 
 
+# Jitted once per environment object (it is a static argument), shared by all its episodes.
+_reset = jax.jit(env_reset, static_argnums=0)
+_step = jax.jit(env_step, static_argnums=0)
+_render = jax.jit(lambda env, inner: env.render(inner), static_argnums=0)
+
+
 class JaxEnvOnHost:
     """A ``JaxEnv`` stepped one episode at a time from Python: the host-driven baseline of
     the jitted loop (each step a separate jitted call per environment)."""
 
-    _compiled: dict = {}  # id(env) -> (env, reset, step, render): one compilation for all episodes
-
     def __init__(self, env: JaxEnv):
         self.env = env
         self.objective = ""
-        if id(env) not in self._compiled or self._compiled[id(env)][0] is not env:
-            self._compiled[id(env)] = (env, jax.jit(lambda task: env_reset(env, task)),
-                                       jax.jit(lambda s, a: env_step(env, s, a)), jax.jit(env.render))
-        _, self._reset, self._step, self._render = self._compiled[id(env)]
         self._words = list(env.action_words)
 
     def reset(self, task) -> tuple[str, list[str]]:
-        self._state = self._reset(task)
-        return render_tokens_text(self._render(self._state.inner)), self._words
+        self._state = _reset(self.env, task)
+        return render_tokens_text(_render(self.env, self._state.inner)), self._words
 
     def step(self, command: str) -> tuple[str, float, bool, bool, list[str]]:
-        self._state, reward, _ = self._step(self._state, self._words.index(command))
+        self._state, reward, _ = _step(self.env, self._state, self._words.index(command))
         s = self._state
-        return render_tokens_text(self._render(s.inner)), float(reward), bool(s.done), bool(s.success), self._words
+        return render_tokens_text(_render(self.env, s.inner)), float(reward), bool(s.done), bool(s.success), self._words
