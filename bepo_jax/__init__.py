@@ -2,19 +2,27 @@
 
 Gated-BEPO (confidence-gated Bellman credit on the empirical state graph of each
 group of K trajectories) and the baselines it is compared with, as jittable,
-vmappable kernels. See SPEC.md sections 1-6 for the numerics contract.
+vmappable kernels. The numerics contract is docs/ in the repository
+(data model, every estimator's equations and conventions, defaults, test vectors).
 """
 
 from .estimators import *  # noqa: F401,F403  (the estimators' __all__)
 from .estimators import __all__ as _estimator_names
 from .builders import Trajectory, batch_from_trajectories
-from .hashing import hash_observation, hash_observations, hash_tokens
+from .hashing import hash_observation, hash_observations, hash_tokens, token_words
 from .integrations.rows import RowIndex, from_rows, to_rows
 from .tokens import to_token_advantages
 from .types import (
     FAILURE,
     SUCCESS,
     TRUNCATED,
+    DROPPED,
+    INVALID_FLAGS,
+    INVALID_MASK,
+    INVALID_OUTCOME,
+    INVALID_PENALTY,
+    INVALID_VALUE,
+    SINGLE_TRAJECTORY,
     ConfidenceOutput,
     GatedBEPOOutput,
     GiGPOOutput,
@@ -23,6 +31,8 @@ from .types import (
     GRPOOutput,
     StepBatch,
     check_batch,
+    group_flags,
+    sanitize,
     split_key64,
 )
 
@@ -30,9 +40,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "StepBatch", "SUCCESS", "FAILURE", "TRUNCATED", "check_batch", "split_key64",
+    "group_flags", "sanitize", "INVALID_FLAGS", "INVALID_OUTCOME", "INVALID_MASK", "INVALID_VALUE", "INVALID_PENALTY",
+    "SINGLE_TRAJECTORY", "DROPPED",
     "GRPOOutput", "GiGPOOutput", "GraphGPOOutput", "GatedBEPOOutput", "ConfidenceOutput", "GraphDiagnostics",
     *_estimator_names,
-    "hash_observation", "hash_observations", "hash_tokens", "to_token_advantages",
+    "hash_observation", "hash_observations", "hash_tokens", "token_words", "to_token_advantages",
     "Trajectory", "batch_from_trajectories", "RowIndex", "from_rows", "to_rows",
     "__version__",
 ]

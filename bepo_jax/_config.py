@@ -5,7 +5,9 @@ Every config is a frozen dataclass registered as a JAX pytree: numeric knobs
 recompile; structural choices (norm, solver, ...) are *static* metadata, so each
 choice compiles once. Validation runs in ``__post_init__`` whenever a field holds a
 plain Python value (that is, when a user builds the config); inside a trace the
-leaves are tracers and are left alone.
+leaves are tracers and are left alone — a value you trace yourself (e.g. a vmapped
+sweep over ``lam``) is NOT range-checked: check it before tracing. Float fields given
+as ints are stored as floats, so ``lam=1`` does not compile a second kernel.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ def check_range(
     lo: float | None = None,
     hi: float | None = None,
     lo_open: bool = False,
+    hi_open: bool = False,
 ) -> None:
-    """Check ``lo <= value <= hi`` (``lo < value`` when ``lo_open``) for Python numbers."""
+    """Check ``lo <= value <= hi`` (``lo < value`` when ``lo_open``, ``value < hi`` when
+    ``hi_open``) for Python numbers. Traced values are not checked (see the module doc)."""
     if isinstance(value, bool):
         raise ValueError(f"{cls_name}.{field} must be a number, got the bool {value!r}.")
     if not _is_concrete_number(value):
@@ -49,8 +53,9 @@ def check_range(
     if lo is not None and (v <= lo if lo_open else v < lo):
         bound = f"> {lo}" if lo_open else f">= {lo}"
         raise ValueError(f"{cls_name}.{field}={value!r} is out of range; it must be {bound}.")
-    if hi is not None and v > hi:
-        raise ValueError(f"{cls_name}.{field}={value!r} is out of range; it must be <= {hi}.")
+    if hi is not None and (v >= hi if hi_open else v > hi):
+        bound = f"< {hi}" if hi_open else f"<= {hi}"
+        raise ValueError(f"{cls_name}.{field}={value!r} is out of range; it must be {bound}.")
 
 
 def check_int(cls_name: str, field: str, value: Any, *, lo: int) -> None:
@@ -75,6 +80,20 @@ def pytree_config(*, static: Iterable[str]):
         if unknown:
             raise TypeError(f"{cls.__name__}: static fields {sorted(unknown)} are not fields")
         data = [n for n in names if n not in static]
+        floats = [f.name for f in dataclasses.fields(cls) if f.name in data and f.type in ("float", float)]
+        user_post_init = getattr(cls, "__post_init__", None)
+
+        def __post_init__(self):
+            # Numeric float fields become Python floats (lam=1 and lam=1.0 are one jit cache
+            # entry, not two), before validation; traced and array values are left alone.
+            for name in floats:
+                v = getattr(self, name)
+                if isinstance(v, numbers.Real) and not isinstance(v, (bool, float)):
+                    object.__setattr__(self, name, float(v))
+            if user_post_init is not None:
+                user_post_init(self)
+
+        cls.__post_init__ = __post_init__
         return jax.tree_util.register_dataclass(with_dict_methods(cls), data_fields=data, meta_fields=list(static))
 
     return wrap
@@ -110,11 +129,11 @@ def _from_dict(cls, d: dict):
     """Build a validated config from a plain dict; unknown keys raise with the valid ones."""
     if not isinstance(d, dict):
         raise ValueError(f"{cls.__name__}.from_dict expects a dict, got {type(d).__name__}.")
-    _check_fields(cls, d, "from_dict")
+    _check_fields(cls, d, "the keys you gave")
     return cls(**d)
 
 
 def _replace(self, **changes):
     """A copy with ``changes`` applied and validated; unknown fields raise with the valid ones."""
-    _check_fields(type(self), changes, "replace")
+    _check_fields(type(self), changes, "the fields you set")
     return dataclasses.replace(self, **changes)

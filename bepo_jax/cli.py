@@ -40,7 +40,7 @@ def _parse_set(items: Sequence[str]) -> dict:
     return out
 
 
-_RUN_FLAGS = ("iterations", "groups", "group_size", "history", "temperature", "max_steps", "layers", "width",
+_RUN_FLAGS = ("iterations", "groups", "group_size", "prompt_history", "temperature", "max_steps", "layers", "width",
               "heads", "learning_rate", "ppo_epochs", "eval_tasks", "eval_every", "checkpoint_every", "seed",
               "boxes", "entropy_coef", "task_pool")
 
@@ -67,7 +67,7 @@ def _train(args: argparse.Namespace) -> int:
         if not (out / "config.json").exists():
             raise ValueError(f"--resume: {out} holds no run (no config.json); start one without --resume.")
         # the stored config, with the flags given now on top (train() rejects any change but iterations)
-        cfg = _run_config(args, base=RunConfig.from_dict(json.loads((out / "config.json").read_text())),
+        cfg = _run_config(args, base=RunConfig.from_stored(json.loads((out / "config.json").read_text())),
                           estimator=args.estimator)
     res = train(cfg, out, resume=args.resume, progress=not args.quiet)
     from .train import paired_change

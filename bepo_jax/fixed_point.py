@@ -1,4 +1,4 @@
-"""Mean-backup Bellman fixed point on one group's empirical graph (SPEC section 4, step 2).
+"""Mean-backup Bellman fixed point on one group's empirical graph (docs/estimators.md, Gated-BEPO step 2).
 
     V(END) = 0,   V(s) = (1/|E(s)|) sum_{(r, s') in E(s)} [ r + gamma V(s') ]
 
@@ -14,28 +14,43 @@ returns of the records at s), V^{k+1} = Rbar + gamma P V^k, until
 ``tol`` is floored at TOL_FLOOR = 8 float32 ulps (~9.5e-7): float32 sweeps and
 residuals cannot resolve less (measured: a float32 Jacobi iterate can cycle a few
 ulps apart, and an LU solve leaves residuals up to ~1.5e-7 relative), so a smaller
-tol would only burn max_iters and report non-convergence.
+tol would only burn max_iters and report non-convergence. The configs warn when
+they are given a tol below it.
 
 The initial point is checked first, so an initialisation that already is a fixed
-point costs 0 iterations and ``max_iters = 0`` reports whether V^0 is one.
+point costs 0 iterations, and ``max_iters = 0`` returns V^0 on EVERY solver (the
+Monte-Carlo values; ``converged`` says whether V^0 already is a fixed point).
 
-Solvers (all agree to float32 tolerance):
+Solvers:
   "dense"  — padded [S, S] transition matrix, one matmul per sweep (O(S^2) a sweep);
   "sparse" — the edge list: gather V(s'), segment_sum per sweep (O(N) a sweep);
-  "solve"  — direct LU solve of (I - gamma P) V = Rbar plus one refinement step
-             (O(S^3) once); ``iterations`` is 1 and ``converged`` is the same test on TV - V;
-  "auto"   — "solve" for S <= AUTO_SOLVE_MAX, "dense" for S <= AUTO_DENSE_MAX, else
-             "sparse" (thresholds from experiments/bench_advantages.py).
+  "auto"   — "dense" while the bucket S <= AUTO_DENSE_MAX, else "sparse" (both Jacobi:
+             identical semantics for every max_iters);
+  "solve"  — direct LU solve of (I - gamma P) V = Rbar plus one refinement step (O(S^3)
+             once). It has no intermediate iterates: max_iters = 0 returns V^0, any
+             max_iters >= 1 returns the fixed point with ``iterations`` 1 and
+             ``converged`` the same tolerance test on T V - V.
+dense, sparse and auto agree to float32 tolerance for every config; solve agrees with
+them whenever they report ``converged`` (and always at max_iters = 0). With
+0 < max_iters below the sweeps Jacobi needs, the iterative solvers stop early and say
+so (``converged`` false); solve does not stop early.
 
-S is the static state bucket ``max_states`` (default N = K * T, which always fits).
-A group has at most N states but usually far fewer, so a small bucket makes the dense
-and direct solvers cheap. If any group of the batch has more states than the bucket
-(``overflow``), the whole batch is evaluated by the bucket-free sparse solver instead
-(a ``lax.cond``: no cost when nothing overflows) — never a truncated graph.
+State buckets S (the static size of the dense and direct solvers' [S, S] matrices):
+  * ``max_states = 0`` (automatic, the default) — S is a pure function of the batch:
+    the smallest of AUTO_BUCKETS (32, 64, 128, 256) that holds the largest group's
+    states, chosen on the device by ``lax.switch`` (each bucket compiles once, inside
+    or outside a user's jit alike); batches whose largest group has more than
+    AUTO_BUCKETS[-1] states run the bucket-free sparse solver. ``state_bucket(n)``
+    is the same rule on the host.
+  * ``max_states = S > 0`` — that bucket. If a group has more states than S
+    (``overflow``), the whole batch is evaluated by the sparse solver instead
+    (``lax.cond``, no cost when nothing overflows) and a debug warning is printed —
+    never a truncated graph.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -45,8 +60,8 @@ from jaxtyping import Array, Bool, Float, Int
 from .graph import GroupGraph, gather_node
 
 SOLVERS = ("dense", "sparse", "solve", "auto")
-AUTO_SOLVE_MAX = 64
 AUTO_DENSE_MAX = 256
+AUTO_BUCKETS = (32, 64, 128, 256)
 TOL_FLOOR = 8 * float(jnp.finfo(jnp.float32).eps)
 _HI = jax.lax.Precision.HIGHEST  # TPUs default to bf16 passes for f32 matmuls
 
@@ -61,9 +76,23 @@ def resolve_solver(solver: str, bucket: int) -> str:
     """The concrete solver for ``solver`` at state bucket ``bucket`` (static)."""
     if solver != "auto":
         return solver
-    if bucket <= AUTO_SOLVE_MAX:
-        return "solve"
     return "dense" if bucket <= AUTO_DENSE_MAX else "sparse"
+
+
+def state_bucket(num_states: int, num_slots: int) -> int:
+    """The automatic bucket for a batch whose largest group has ``num_states`` states and
+    ``num_slots`` = K * T record slots: the smallest AUTO_BUCKETS entry >= num_states
+    (capped at num_slots), or 0 = bucket-free sparse solver above AUTO_BUCKETS[-1]."""
+    for b in _auto_buckets(num_slots):
+        if num_states <= b:
+            return b
+    return 0
+
+
+def _auto_buckets(n: int) -> tuple[int, ...]:
+    """The buckets the automatic rule chooses from for N = n record slots (each < n, then n if small)."""
+    smaller = tuple(b for b in AUTO_BUCKETS if b < n)
+    return smaller + ((n,) if n <= AUTO_BUCKETS[-1] else ())
 
 
 def _mean_reward(graph: GroupGraph, r: Float[Array, "K T"], size: int) -> Float[Array, "S"]:
@@ -121,10 +150,10 @@ def bellman_fixed_point(
     solver: str,
     max_states: int = 0,
 ) -> FixedPoint:
-    """Evaluate the empirical chain of ``graph`` with edge rewards ``r`` (see module doc).
+    """Evaluate the empirical chain of ``graph`` with edge rewards ``r`` (see module doc)
+    on one bucket: ``max_states`` is the static S of the dense and direct solvers (0: N).
 
-    ``max_states`` is the static state bucket S of the dense and direct solvers
-    (0: N = K * T). The caller handles overflow (``graph.num_states > S``); see
+    The caller handles overflow (``graph.num_states > S``) and automatic buckets; see
     ``bellman_fixed_point_batched``.
     """
     if solver not in SOLVERS:
@@ -133,15 +162,17 @@ def bellman_fixed_point(
     size = n if max_states <= 0 else min(max_states, n)
     solver = resolve_solver(solver, size)
     tol = jnp.maximum(tol, TOL_FLOOR)
-    if solver == "solve":
-        fp = _direct_solve(graph, r, gamma, tol, size)
-        return FixedPoint(_pad(fp.value, n), fp.iterations, fp.converged)
-    if solver == "dense":
+    if solver == "sparse":
+        sweep = _sparse_sweep(graph, r, gamma)
+    else:
         sweep = _dense_sweep(graph, r, gamma, size)
         v0 = v0[:size]
-    else:
-        sweep = _sparse_sweep(graph, r, gamma)
     done0 = _small_step(sweep(v0), v0, tol)
+    if solver == "solve":
+        fp = _direct_solve(graph, r, gamma, tol, size)
+        start = max_iters <= 0  # no iterations allowed: the Monte-Carlo initialisation
+        return FixedPoint(_pad(jnp.where(start, v0, fp.value), n), jnp.where(start, 0, fp.iterations),
+                          jnp.where(start, done0, fp.converged))
 
     def cond(carry):
         k, _, done = carry
@@ -160,26 +191,49 @@ def _pad(v, n):
     return v if v.shape[0] == n else jnp.zeros((n,), v.dtype).at[: v.shape[0]].set(v)
 
 
+def _warn_overflow(any_overflow, most, bucket):
+    if not bool(any_overflow):  # under vmap both branches of a cond run: warn only on a real overflow
+        return
+    warnings.warn(f"a group has {int(most)} states, more than the state bucket max_states={bucket}; the batch was "
+                  f"evaluated with the sparse solver instead (right numbers, slower). Set max_states >= {int(most)} "
+                  "or 0 (automatic).", RuntimeWarning, stacklevel=2)
+
+
 def bellman_fixed_point_batched(graphs: GroupGraph, r, v0, gamma, *, tol, max_iters, solver: str,
                                 max_states: int = 0) -> tuple[FixedPoint, Bool[Array, "B"]]:
-    """``bellman_fixed_point`` over a batch of groups (leading axis B) with overflow handling.
-
-    Returns (fixed points, overflow [B]). When a group has more states than the bucket,
-    the whole batch runs the bucket-free sparse solver (``lax.cond``, no cost otherwise).
-    """
+    """``bellman_fixed_point`` over a batch of groups (leading axis B), with the state
+    buckets of the module docstring. Returns (fixed points, overflow [B]); overflow is
+    only ever true for an explicit ``max_states`` that a group outgrew."""
     n = graphs.valid.shape[1] * graphs.valid.shape[2]
-    size = n if max_states <= 0 else min(max_states, n)
-    overflow = graphs.num_states > size
 
-    def run(which):
+    def run(which, size):
         fn = lambda g, rr, vv: bellman_fixed_point(g, rr, vv, gamma, tol=tol, max_iters=max_iters,
                                                    solver=which, max_states=size)
         return jax.vmap(fn)(graphs, r, v0)
 
-    chosen = resolve_solver(solver, size)
-    if chosen == "sparse" or size == n:
-        return run(chosen), overflow
-    return jax.lax.cond(jnp.any(overflow), lambda: run("sparse"), lambda: run(chosen)), overflow
+    no_overflow = jnp.zeros(graphs.num_states.shape, bool)
+    if solver == "sparse":
+        return run("sparse", n), no_overflow
+    most = jnp.max(graphs.num_states)
+    if max_states <= 0:  # automatic: the smallest bucket that holds the largest group
+        buckets = _auto_buckets(n)
+        branches = [lambda b=b: run(solver, b) for b in buckets]
+        if n > AUTO_BUCKETS[-1]:
+            branches.append(lambda: run("sparse", n))
+        index = jnp.searchsorted(jnp.asarray(buckets, jnp.int32), most.astype(jnp.int32), side="left")
+        if len(branches) == 1:
+            return branches[0](), no_overflow
+        return jax.lax.switch(jnp.minimum(index, len(branches) - 1), branches), no_overflow
+    size = min(max_states, n)
+    overflow = graphs.num_states > size
+    if size == n:
+        return run(solver, size), overflow
+
+    def fallback():
+        jax.debug.callback(_warn_overflow, jnp.any(overflow), most, size)
+        return run("sparse", n)
+
+    return jax.lax.cond(jnp.any(overflow), fallback, lambda: run(solver, size)), overflow
 
 
 def _direct_solve(graph: GroupGraph, r, gamma, tol, size) -> FixedPoint:

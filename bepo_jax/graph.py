@@ -222,7 +222,8 @@ def graph_diagnostics(graph: GroupGraph, credited: Bool[Array, "K T"], iteration
     used = jnp.arange(n) < graph.num_states
     degree = jnp.sum(jnp.where(used, graph.num_successors, 0)) / jnp.maximum(graph.num_states, 1)
     return (graph.num_states, singleton, credited_share, degree.astype(jnp.float32),
-            jnp.asarray(iterations, jnp.int32), jnp.asarray(converged, bool), jnp.asarray(overflow, bool))
+            jnp.asarray(iterations, jnp.int32), jnp.asarray(converged, bool), jnp.asarray(overflow, bool),
+            jnp.int32(0))  # invalid: set by the estimator's input check (``_common.with_sanitized_input``)
 
 
 def in_shared_state(graph: GroupGraph) -> Bool[Array, "K T"]:

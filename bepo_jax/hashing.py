@@ -3,10 +3,19 @@
 * ``hash_observations`` — host content digest (BLAKE2b, 8 bytes) of text, bytes, and
   NumPy/JAX arrays. The digest covers a type tag, and for arrays the dtype and the
   shape, so ``"1"``, ``b"1"``, ``int32 [1]`` and ``int64 [1]`` all differ.
-* ``hash_tokens`` — a jittable hash of token arrays under a mask: two independent
-  32-bit lanes, each the murmur3 finaliser of the wrapped sum of per-token hashes of
-  (rank among the valid tokens, token id), mixed with the valid length. Left- and
-  right-padding of the same tokens give the same key.
+* ``hash_tokens`` — a jittable hash of token (or any numeric) arrays under a mask.
+  Each valid entry's raw bits become uint32 words (``token_words``: no rounding of
+  floats). Two 32-bit lanes l in {0, 1}, each with its own seed c_l:
+
+      h_l = fmix32( sum_j fmix32( w_j * G + fmix32(rank_j XOR c_l) )  XOR  fmix32(n + c_l) )
+
+  where the sum is over the valid words j (wrapping uint32 addition), rank_j is the
+  word's position among the valid words, n their number, G = 0x9E3779B9 (odd) and
+  fmix32 murmur3's finaliser, a bijection of uint32. The key is (h_0, h_1). Left- and
+  right-padding of the same tokens give the same key. Single-token edits can never
+  collide (the edited term differs in both lanes, since fmix32 is a bijection and G
+  odd); random distinct rows collide with probability ~2^-64 per pair (tested on
+  10^6 rows and on every single-token edit of a set of rows).
 
 Keys are 64-bit because 32-bit keys collide with probability ~1e-4 per group of
 1000 states (birthday bound n^2 / 2^33); at 64 bits that is ~3e-14.
@@ -18,6 +27,7 @@ import hashlib
 import numbers
 from typing import Any, Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int, UInt32
@@ -110,13 +120,43 @@ def _fmix32(h):
     return h ^ (h >> 16)
 
 
-def hash_tokens(tokens: Int[Array, "*batch L"], mask: Bool[Array, "*batch L"]) -> UInt32[Array, "*batch 2"]:
-    """Jittable 64-bit key of the valid tokens of each row (see module docstring)."""
+def token_words(x: Array) -> UInt32[Array, "*batch W"]:
+    """The raw bits of an array of any numeric dtype as uint32 words along the last axis
+    (jittable): integers and bools of <= 32 bits are widened (an injective map), 16-bit
+    floats are bit-cast to uint16 then widened, 32-bit floats bit-cast, 64-bit types split
+    into two words per element. -0.0 is folded into +0.0 so equal numbers hash equal;
+    float values are NEVER rounded to integers (a normalised float grid keeps every
+    distinct value distinct)."""
+    x = jnp.asarray(x)
+    dt = x.dtype
+    if jnp.issubdtype(dt, jnp.floating):
+        x = x + jnp.zeros((), dt)  # -0.0 + 0.0 = +0.0
+        bits = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}.get(dt.itemsize)
+        if bits is None:
+            raise ValueError(f"hash_tokens: unsupported float dtype {dt}.")
+        if dt.itemsize == 8:
+            return jax.lax.bitcast_convert_type(x, jnp.uint32).reshape(x.shape[:-1] + (2 * x.shape[-1],))
+        return jax.lax.bitcast_convert_type(x, bits).astype(jnp.uint32)
+    if dt == jnp.bool_ or (jnp.issubdtype(dt, jnp.integer) and dt.itemsize <= 4):
+        return x.astype(jnp.uint32)
+    if jnp.issubdtype(dt, jnp.integer) and dt.itemsize == 8:
+        return jax.lax.bitcast_convert_type(x, jnp.uint32).reshape(x.shape[:-1] + (2 * x.shape[-1],))
+    raise ValueError(f"hash_tokens: unsupported dtype {dt}; pass integer, bool or float arrays.")
+
+
+def hash_tokens(tokens: Array, mask: Bool[Array, "*batch L"]) -> UInt32[Array, "*batch 2"]:
+    """Jittable 64-bit key of the valid entries of each row (see module docstring).
+
+    ``tokens`` may have any numeric dtype: its raw bits are hashed (``token_words``),
+    so float observations are hashed exactly, not rounded.
+    """
     tokens = jnp.asarray(tokens)
     mask = jnp.asarray(mask, bool)
     if tokens.shape != mask.shape:
         raise ValueError(f"hash_tokens: tokens {tokens.shape} and mask {mask.shape} must have one shape.")
-    tok = tokens.astype(jnp.uint32)
+    tok = token_words(tokens)
+    if tok.shape != mask.shape:  # 64-bit entries: two words each, both under the entry's mask
+        mask = jnp.repeat(mask, tok.shape[-1] // mask.shape[-1], axis=-1)
     rank = (jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1).astype(jnp.uint32)
     length = jnp.sum(mask.astype(jnp.uint32), axis=-1)
     lanes = []

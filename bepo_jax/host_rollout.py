@@ -22,8 +22,8 @@ from flax import nnx
 from .envs.base import JaxEnv, env_reset, env_step, history_words, parse_response, render_tokens_text, word_table
 from .envs.text import EOS, PAD, encode
 from .hashing import hash_observations
-from .rollout import Rollout, RolloutConfig, _check_response_fits, build_prompt, finish_rollout, prompt_length, \
-    sample_responses
+from .rollout import (Rollout, RolloutConfig, _check_response_fits, build_prompt, check_context, finish_rollout,
+                      prompt_length, sample_responses)
 
 
 def _pad(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -43,8 +43,9 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
     """
     _check_response_fits(config, word_width)
     graphdef, _, rest = nnx.split(model, nnx.Param, ...)
-    K, h, T, S, R = config.group_size, config.history, max_steps, obs_len, config.max_response
+    K, h, T, S, R = config.group_size, config.prompt_history, max_steps, obs_len, config.max_response
     P = prompt_length(S, h, word_width, task_len)
+    check_context(model, P, R, "make_host_rollout")
     envs: list = []
 
     @jax.jit
@@ -74,6 +75,7 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
         h_word = np.full((N, hh, word_width), PAD, np.int32)
         h_valid = np.zeros((N, hh), bool)
         done = np.zeros(N, bool)
+        ended = np.zeros(N, bool)
         success = np.zeros(N, bool)
         steps = np.zeros(N, np.int32)
         raw = np.empty((N, T), object)
@@ -106,7 +108,8 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
                     obs_text[i], r, d, won, cmds[i] = envs[i].step(cmds[i][a])
                     reward[i, t] = r
                     success[i] |= won
-                    done[i] = d or won
+                    ended[i] = d or won  # the environment ended it: SUCCESS or FAILURE, never TRUNCATED
+                    done[i] = ended[i]
                 else:
                     penalty[i, t] = config.invalid_penalty
                 steps[i] += 1
@@ -132,7 +135,7 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
         shape = lambda x: jnp.asarray(x.reshape((B, K) + x.shape[1:]))
         return finish_rollout(shape(keys), shape(reward), shape(penalty), shape(valid), shape(stack(seqs)),
                               shape(stack(msks)), shape(stack(resps)), shape(stack(logps)), shape(action_out),
-                              shape(success), shape(steps >= T))
+                              shape(success), shape(ended))
 
     return rollout
 
@@ -159,4 +162,5 @@ class JaxEnvOnHost:
     def step(self, command: str) -> tuple[str, float, bool, bool, list[str]]:
         self._state, reward, _ = _step(self.env, self._state, self._words.index(command))
         s = self._state
-        return render_tokens_text(_render(self.env, s.inner)), float(reward), bool(s.done), bool(s.success), self._words
+        # done = the environment's own end (success or terminal); the host loop applies the time limit.
+        return render_tokens_text(_render(self.env, s.inner)), float(reward), bool(s.terminal), bool(s.success), self._words

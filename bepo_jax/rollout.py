@@ -1,6 +1,6 @@
 """Multi-turn rollouts of a token policy, K trajectories per task from one start state.
 
-At step t the prompt holds the task (host environments), the last ``history`` (h = 2)
+At step t the prompt holds the task (host environments), the last ``prompt_history`` (h = 2)
 observation/action pairs and the current observation, as text tokens; the policy
 samples a short response (at most ``max_response`` tokens, ``temperature``). A response
 that does not spell an action word (or admissible command) followed by EOS is an
@@ -40,7 +40,8 @@ from .types import FAILURE, SUCCESS, TRUNCATED, StepBatch
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RolloutConfig:
-    """group_size K (8), history h (2), temperature (1.0), max_response tokens (6; must
+    """group_size K (8), prompt_history h (2: the observation/action pairs the prompt shows; not the
+    estimators' ``history``, which merges states), temperature (1.0), max_response tokens (6; must
     fit the longest action word + EOS), invalid_penalty (-0.1, <= 0), constrained (False):
     sample only token sequences that spell an action word then EOS (the logits of every
     other token are masked), so a policy trained from scratch acts validly from the
@@ -48,7 +49,7 @@ class RolloutConfig:
     the update evaluates."""
 
     group_size: int = 8
-    history: int = 2
+    prompt_history: int = 2
     temperature: float = 1.0
     max_response: int = 6
     invalid_penalty: float = -0.1
@@ -57,14 +58,14 @@ class RolloutConfig:
     def __post_init__(self):
         n = "RolloutConfig"
         check_int(n, "group_size", self.group_size, lo=1)
-        check_int(n, "history", self.history, lo=0)
+        check_int(n, "prompt_history", self.prompt_history, lo=0)
         check_range(n, "temperature", self.temperature, lo=0.0, lo_open=True)
         check_int(n, "max_response", self.max_response, lo=2)
         check_range(n, "invalid_penalty", self.invalid_penalty, hi=0.0)
 
 
-def prompt_length(obs_len: int, history: int, word_len: int, task_len: int = 0) -> int:
-    return 2 + task_len + history * (obs_len + word_len + 1) + obs_len
+def prompt_length(obs_len: int, prompt_history: int, word_len: int, task_len: int = 0) -> int:
+    return 2 + task_len + prompt_history * (obs_len + word_len + 1) + obs_len
 
 
 class Rollout(NamedTuple):
@@ -162,6 +163,25 @@ def _check_response_fits(config: RolloutConfig, word_width: int) -> None:
                          f"({word_width} tokens) plus EOS; set max_response >= {word_width + 1}.")
 
 
+def check_context(model: nnx.Module, prompt: int, response: int, what: str) -> None:
+    """Raise when the model's context cannot hold prompt + response tokens, naming the fix."""
+    context = getattr(getattr(model, "cfg", None), "context", None)
+    if context is not None and prompt + response > context:
+        raise ValueError(
+            f"{what}: a step's sequence has {prompt + response} tokens (prompt {prompt} + response {response}) but "
+            f"the model's context is {context}; build the model with TransformerConfig(context={prompt + response}) "
+            "or more (prompt_length(obs_len, prompt_history, word_len, task_len) + max_response), or shorten "
+            "prompt_history / the observation.")
+
+
+def check_render(env: JaxEnv, obs) -> None:
+    """Raise when ``env.render`` does not return ``env.obs_len`` tokens (checked at trace time)."""
+    if obs.shape[-1] != env.obs_len:
+        raise ValueError(
+            f"{type(env).__name__}.render returned {obs.shape[-1]} tokens but obs_len = {env.obs_len}; render must "
+            "return exactly obs_len int32 tokens (pad with PAD, or set obs_len to the rendered length).")
+
+
 def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = RolloutConfig()):
     """``rollout(params, tasks, key) -> Rollout`` for B tasks (one group each), jittable.
 
@@ -174,9 +194,10 @@ def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = Rollout
     _check_response_fits(config, A)
     hist_words = history_words(words)
     forced = forced_positions(words)
-    S, h, T, K = env.obs_len, config.history, env.max_steps, config.group_size
+    S, h, T, K = env.obs_len, config.prompt_history, env.max_steps, config.group_size
     hh = max(h, 1)
     P = prompt_length(S, h, A)
+    check_context(model, P, config.max_response, f"make_rollout({type(env).__name__})")
     empty = jnp.zeros((0,), jnp.int32), jnp.zeros((0,), bool)
 
     def rollout(params, tasks, key) -> Rollout:
@@ -192,6 +213,7 @@ def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = Rollout
         def one_step(carry, key_t):
             state, (h_obs, h_act, h_valid) = carry
             obs = jax.vmap(env.render)(state.inner)
+            check_render(env, obs)
             word = jnp.where(h_act[..., None] >= 0, jnp.asarray(hist_words)[jnp.clip(h_act, 0)], PAD)
             prompts, pmasks = jax.vmap(lambda ho, w, hv, o: build_prompt(
                 *empty, ho[:h], jnp.ones((h, S), bool), w[:h], hv[:h], o, jnp.ones((S,), bool)))(
@@ -201,7 +223,7 @@ def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = Rollout
                                                     table_valid=table_valid, forced=forced)
             action = jax.vmap(parse_response, in_axes=(0, None, None))(
                 seq[:, P:], jnp.asarray(words), jnp.ones((words.shape[0],), bool))
-            raw = jax.vmap(env.observation)(state.inner).reshape(B * K, -1).astype(jnp.int32)
+            raw = jax.vmap(env.observation)(state.inner).reshape(B * K, -1)  # raw bits, any dtype
             key_obs = hash_tokens(raw, jnp.ones(raw.shape, bool))
             new_state, reward, valid = jax.vmap(lambda s, a: env_step(env, s, a))(state, action)
             penalty = jnp.where((action < 0) & valid, config.invalid_penalty, 0.0)
@@ -218,13 +240,15 @@ def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = Rollout
         key_obs, reward, penalty, valid, seq, msk, resp, logp, action = (
             jnp.swapaxes(x, 0, 1).reshape((B, K, T) + x.shape[2:]) for x in outs)
         return finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action,
-                              final.success.reshape(B, K), final.t.reshape(B, K) >= T)
+                              final.success.reshape(B, K), final.terminal.reshape(B, K))
 
     return rollout
 
 
-def finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action, success, hit_limit) -> Rollout:
-    """Outcomes from success / time limit and the Rollout tuple (shared with the host loop)."""
-    outcome = jnp.where(success, SUCCESS, jnp.where(hit_limit, TRUNCATED, FAILURE)).astype(jnp.int32)
+def finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action, success, terminal) -> Rollout:
+    """Outcomes and the Rollout tuple (shared with the host loop): SUCCESS if the episode
+    succeeded, FAILURE if the environment ended it otherwise (even on the last allowed
+    step), TRUNCATED if only the time limit ended it."""
+    outcome = jnp.where(success, SUCCESS, jnp.where(terminal, FAILURE, TRUNCATED)).astype(jnp.int32)
     batch = StepBatch(obs_key=key_obs, reward=reward, mask=valid, outcome=outcome, penalty=penalty)
     return Rollout(batch, seq, msk, resp, logp, action, success)

@@ -52,7 +52,7 @@ class RunConfig:
 
     env ("sokoban" | "maze" | "textworld"), estimator (a registry name) and
     estimator_config (field overrides, e.g. {"lam": 0.5}); iterations, groups B per
-    iteration, group_size K; rollout: history h, temperature, constrained decoding,
+    iteration, group_size K; rollout: prompt_history h (observation/action pairs in the prompt), temperature, constrained decoding,
     invalid_penalty, max_steps (0 = the environment's default); policy: layers, width,
     heads; update: learning_rate, ppo_epochs, num_minibatches, entropy_coef; tasks:
     task_pool (the training tasks, 0 = the environment's default: 32 Sokoban levels / 32
@@ -67,7 +67,7 @@ class RunConfig:
     iterations: int = 60
     groups: int = 8
     group_size: int = 8
-    history: int = 2
+    prompt_history: int = 2
     temperature: float = 1.0
     constrained: bool = True
     invalid_penalty: float = -0.1
@@ -90,6 +90,15 @@ class RunConfig:
     objects: int = 3
     quest_length: int = 1
 
+    @classmethod
+    def from_stored(cls, d: dict) -> "RunConfig":
+        """A RunConfig from a run's config.json, including runs written before
+        ``history`` was renamed ``prompt_history``."""
+        d = dict(d)
+        if "history" in d and "prompt_history" not in d:
+            d["prompt_history"] = d.pop("history")
+        return cls.from_dict(d)
+
     def __post_init__(self):
         n = "RunConfig"
         check_choice(n, "env", self.env, ENVS)
@@ -101,7 +110,7 @@ class RunConfig:
                   "eval_tasks", "eval_every", "checkpoint_every", "keep_checkpoints", "boxes", "rooms", "objects",
                   "quest_length"):
             check_int(n, f, getattr(self, f), lo=1)
-        for f in ("history", "max_steps", "task_pool", "seed"):
+        for f in ("prompt_history", "max_steps", "task_pool", "seed"):
             check_int(n, f, getattr(self, f), lo=0)
         check_range(n, "temperature", self.temperature, lo=0.0, lo_open=True)
         check_range(n, "invalid_penalty", self.invalid_penalty, hi=0.0)
@@ -120,7 +129,7 @@ class Setup:
     def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None):
         self.cfg = cfg
         self.host = cfg.env == "textworld"
-        self.rollout_cfg = RolloutConfig(group_size=cfg.group_size, history=cfg.history, temperature=cfg.temperature,
+        self.rollout_cfg = RolloutConfig(group_size=cfg.group_size, prompt_history=cfg.prompt_history, temperature=cfg.temperature,
                                          constrained=cfg.constrained, invalid_penalty=cfg.invalid_penalty,
                                          max_response=8 if not self.host else 25)
         if cfg.env == "sokoban":
@@ -142,14 +151,14 @@ class Setup:
             self.eval_pool = [str(p) for p in generate_games(
                 min(cfg.eval_tasks, 8), games_dir, seed=cfg.seed * 7919 + EVAL_SEED_OFFSET, **kw)]
             obs_len, word, cmds, task_len, self.max_steps = 160, 24, 12, 96, cfg.max_steps or 8
-            P = prompt_length(obs_len, cfg.history, word, task_len)
+            P = prompt_length(obs_len, cfg.prompt_history, word, task_len)
             make = lambda: TextWorldEnv(obs_chars=obs_len, objective_chars=task_len, max_commands=cmds,
                                         command_chars=word)
             host_args = dict(make_env=make, max_steps=self.max_steps, obs_len=obs_len, word_width=word,
                                    max_commands=cmds, task_len=task_len)
         else:
             word = max(len(w) for w in self.env.action_words)
-            P = prompt_length(self.env.obs_len, cfg.history, word)
+            P = prompt_length(self.env.obs_len, cfg.prompt_history, word)
             self.max_steps = self.env.max_steps
             pool = cfg.task_pool or 32
             self.train_tasks = self.env.sample_tasks(pool, cfg.seed)
@@ -191,6 +200,13 @@ class Setup:
         if diag is not None:
             m["graph/states"] = jnp.mean(diag.num_states.astype(jnp.float32))
             m["graph/gated_share"] = jnp.mean(diag.gated_share)
+            m["graph/iterations_mean"] = jnp.mean(diag.iterations.astype(jnp.float32))
+            m["graph/iterations_max"] = jnp.max(diag.iterations).astype(jnp.float32)
+            m["graph/converged_share"] = jnp.mean(diag.converged.astype(jnp.float32))
+            m["graph/overflow_share"] = jnp.mean(diag.overflow.astype(jnp.float32))
+        invalid = diag.invalid if diag is not None else getattr(out, "invalid", None)
+        if invalid is not None:
+            m["invalid_groups"] = jnp.sum(invalid != 0).astype(jnp.float32)
         return state, m
 
     def _draw(self, key):
@@ -335,7 +351,7 @@ def train(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bo
         raise ValueError(f"{out} already holds a run (config.json); pass resume=True (--resume) to continue it, "
                          "or choose another --out.")
     if resume and cfg_path.exists():
-        stored = RunConfig.from_dict(json.loads(cfg_path.read_text()))
+        stored = RunConfig.from_stored(json.loads(cfg_path.read_text()))
         if stored.replace(iterations=cfg.iterations) != cfg:
             diff = sorted(k for k, v in cfg.to_dict().items() if stored.to_dict()[k] != v and k != "iterations")
             raise ValueError(f"resume: the config differs from {cfg_path} in {diff}; resume with the stored config "
@@ -433,7 +449,7 @@ def load_run(path: str | Path) -> tuple[Setup, TrainState, int]:
     cfg_path = run / "config.json"
     if not cfg_path.exists():
         raise ValueError(f"{path} is not a run directory: no config.json in {run} (pass the --out of a train run).")
-    cfg = RunConfig.from_dict(json.loads(cfg_path.read_text()))
+    cfg = RunConfig.from_stored(json.loads(cfg_path.read_text()))
     setup = _setup_for_run(cfg, run)
     ckpt = Checkpointer(run / "checkpoints", max_to_keep=cfg.keep_checkpoints)
     try:

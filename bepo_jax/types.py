@@ -198,6 +198,70 @@ def _check_values(mask: np.ndarray, reward: np.ndarray, outcome: np.ndarray,
             f"StepBatch.outcome[{b}, {k}] = {int(outcome[b, k])} is not an outcome code; use "
             "SUCCESS (0), FAILURE (1) or TRUNCATED (2)."
         )
+    if penalty is not None:
+        pos = mask & (penalty > 0)
+        if pos.any():
+            b, k, t = _first(pos)
+            raise ValueError(
+                f"StepBatch.penalty[{b}, {k}, {t}] = {float(penalty[b, k, t])!r} is positive; penalties are local "
+                "costs <= 0 (e.g. -0.1 for an invalid action). Put bonuses into reward instead."
+            )
+    nonempty = mask.any(axis=-1).sum(axis=-1)
+    single = nonempty == 1
+    if single.any():
+        b = int(np.argmax(single))
+        raise ValueError(
+            f"StepBatch group {b} has a single non-empty trajectory (K = {mask.shape[1]}); group-relative "
+            "credit needs >= 2 trajectories sampled from the same task. Sample K >= 2 per task, or drop the "
+            "group (set its whole mask to False)."
+        )
+
+
+# ----------------------------------------------------------------------------------
+# In-jit validity: what ``check_batch`` raises about on the host, as per-group flags.
+
+INVALID_OUTCOME = 1     # an outcome code outside {0, 1, 2}
+INVALID_MASK = 2        # the mask is not a prefix
+INVALID_VALUE = 4       # a NaN/inf reward or penalty on a valid step
+INVALID_PENALTY = 8     # a positive penalty
+SINGLE_TRAJECTORY = 16  # fewer than two non-empty trajectories (no group baseline)
+DROPPED = INVALID_OUTCOME | INVALID_MASK | INVALID_VALUE | INVALID_PENALTY
+INVALID_FLAGS = {"INVALID_OUTCOME": INVALID_OUTCOME, "INVALID_MASK": INVALID_MASK, "INVALID_VALUE": INVALID_VALUE,
+                 "INVALID_PENALTY": INVALID_PENALTY, "SINGLE_TRAJECTORY": SINGLE_TRAJECTORY}
+
+
+def group_flags(batch: StepBatch) -> Int[Array, "B"]:
+    """Per-group bit flags of invalid input (jittable; 0 = valid). See ``sanitize``."""
+    mask = batch.mask
+    outcome = batch.outcome
+    pen = batch.penalty_or_zeros()
+    bad_outcome = jnp.any((outcome < 0) | (outcome >= NUM_OUTCOMES), axis=-1)
+    bad_mask = jnp.any(mask[..., 1:] & ~mask[..., :-1], axis=(-2, -1))
+    finite = jnp.isfinite(batch.reward) & jnp.isfinite(pen)
+    bad_value = jnp.any(mask & ~finite, axis=(-2, -1))
+    bad_penalty = jnp.any(mask & (pen > 0), axis=(-2, -1))
+    nonempty = jnp.sum(jnp.any(mask, axis=-1), axis=-1)
+    single = nonempty == 1
+    flags = (bad_outcome * INVALID_OUTCOME + bad_mask * INVALID_MASK + bad_value * INVALID_VALUE
+             + bad_penalty * INVALID_PENALTY + single * SINGLE_TRAJECTORY)
+    return flags.astype(jnp.int32)
+
+
+def sanitize(batch: StepBatch) -> tuple[StepBatch, Int[Array, "B"]]:
+    """Inside jit nothing can raise: flag each group's invalid input (``group_flags``) and
+    drop the groups flagged ``DROPPED`` (their mask becomes all false, so their credit is
+    exactly 0 and nothing of them reaches a neighbour); outcome codes are clipped into
+    range and non-finite values zeroed so no index or NaN can spill. Groups with a single
+    non-empty trajectory are kept (the n = 1 rule applies) and flagged SINGLE_TRAJECTORY.
+    Every estimator reports the flags as ``invalid`` (GRPO) / ``diagnostics.invalid``."""
+    flags = group_flags(batch)
+    keep = (flags & DROPPED) == 0
+    mask = batch.mask & keep[:, None, None]
+    clean = lambda x: jnp.where(mask & jnp.isfinite(x), x, 0.0)
+    penalty = None if batch.penalty is None else clean(batch.penalty)
+    outcome = jnp.clip(batch.outcome, 0, NUM_OUTCOMES - 1).astype(batch.outcome.dtype)
+    return StepBatch(obs_key=batch.obs_key, reward=clean(batch.reward), mask=mask, outcome=outcome,
+                     penalty=penalty), flags
 
 
 def split_key64(keys: Any) -> np.ndarray:
@@ -224,6 +288,8 @@ class GraphDiagnostics:
     converged:       whether that iteration met its stopping rule
     overflow:        the group had more states than the solver's bucket ``max_states``
                      (the batch was then evaluated by the bucket-free sparse solver)
+    invalid:         bit flags of invalid input found inside jit (``group_flags``; 0 = valid).
+                     Groups with INVALID_OUTCOME/MASK/VALUE/PENALTY were dropped (credit 0).
     """
 
     num_states: Int[Array, "B"]
@@ -233,13 +299,16 @@ class GraphDiagnostics:
     iterations: Int[Array, "B"]
     converged: Bool[Array, "B"]
     overflow: Bool[Array, "B"]
+    invalid: Int[Array, "B"]
 
 
 @_pytree
 class GRPOOutput:
-    """``advantage``: float32 [B, K, T], the group-relative outcome advantage."""
+    """``advantage``: float32 [B, K, T], the group-relative outcome advantage;
+    ``invalid``: int32 [B] bit flags of invalid input (``group_flags``; 0 = valid)."""
 
     advantage: PerRecord
+    invalid: Int[Array, "B"]
 
 
 @_pytree

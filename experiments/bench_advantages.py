@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 import bepo_jax as bj  # noqa: E402
 from experiments.gridroom import grid_room_batch  # noqa: E402
-from tests import reference as ref  # noqa: E402  (the plain-loop implementations the tests check against)
+from bepo_jax import reference as ref  # noqa: E402  (the plain-loop implementations the tests check against)
 
 K, T = 8, 50
 BUCKET = 32  # a 5x5 room has 25 cells: every group fits a 32-state bucket

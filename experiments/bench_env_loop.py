@@ -68,7 +68,7 @@ def _time(fn, repeats):
 def run(groups, repeats):
     env = sk.SokobanEnv(sk.SokobanConfig())
     cfg = RolloutConfig(group_size=8, constrained=True, max_response=8)
-    P = prompt_length(env.obs_len, cfg.history, 5)
+    P = prompt_length(env.obs_len, cfg.prompt_history, 5)
     policies = {
         "decoder_lm (1 layer, width 64)": DecoderLM(TransformerConfig(vocab=VOCAB, layers=1, width=64, heads=4,
                                                                       context=P + cfg.max_response), rngs=nnx.Rngs(0)),

@@ -27,6 +27,9 @@ def batches(draw, shape=None, penalty=None, alphabet=None):
     obs = table[sym]
     L = rng.integers(0, T + 1, (B, K))
     L[rng.random((B, K)) < 0.5] = T  # many full-length (truncated-looking) trajectories
+    for b in range(B):  # a group holds 0 or >= 2 non-empty trajectories (one alone has no baseline)
+        if (L[b] > 0).sum() == 1:
+            L[b, int(np.argmin(L[b] > 0))] = rng.integers(1, T + 1)
     mask = np.arange(T)[None, None, :] < L[..., None]
     reward = rng.choice(REWARDS, (B, K, T)).astype(np.float32)
     outcome = rng.integers(0, 3, (B, K)).astype(np.int32)

@@ -117,7 +117,7 @@ def test_host_loop_equals_jitted_loop_for_a_fixed_policy(constrained):
     constrained decoding: static forced positions vs the host's per-row skip)."""
     env = sk.SokobanEnv(sk.SokobanConfig(max_steps=4))
     cfg = RolloutConfig(group_size=2, constrained=constrained)
-    P = prompt_length(env.obs_len, cfg.history, 5)
+    P = prompt_length(env.obs_len, cfg.prompt_history, 5)
     model = ScriptedLM(P + cfg.max_response, P, _words("left"))
     params = nnx.state(model, nnx.Param)
     levels = env.sample_tasks(3, 5)

@@ -16,7 +16,7 @@ from bepo_jax import FAILURE, SUCCESS, TRUNCATED, GatedBEPOConfig, GiGPOConfig, 
 from bepo_jax.builders import Trajectory, batch_from_trajectories
 
 from .helpers import assert_close
-from .reference import ref_gated_bepo, ref_gigpo, ref_grpo
+from bepo_jax.reference import ref_gated_bepo, ref_gigpo, ref_grpo
 from .strategies import NORMS, STDS, WEIGHTINGS, batches
 
 COMBOS = list(itertools.product(NORMS, WEIGHTINGS, STDS))

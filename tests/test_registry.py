@@ -18,7 +18,7 @@ from bepo_jax.builders import Trajectory, batch_from_trajectories
 from bepo_jax.hashing import hash_observation
 
 from .helpers import assert_close
-from .reference import ref_confidence_returns, ref_gated_bepo, ref_graphgpo
+from bepo_jax.reference import ref_confidence_returns, ref_gagpo, ref_gated_bepo, ref_graphgpo
 from .strategies import NORMS, batches
 
 BEPO_DEFAULTS = dict(gamma=0.95, lam=0.5, w=1.0, eta_gated=0.5, norm="mean_std", weighting="step", std="unbiased",
@@ -57,14 +57,30 @@ def test_graphgpo_distances_on_a_chain():
     np.testing.assert_array_equal(d[1, :2], [4, 4])
 
 
+@pytest.mark.parametrize("norm,weighting", [("mean_std", "step"), ("mean", "trajectory")])
 @given(data=batches(), gamma=st.sampled_from([0.5, 0.95, 1.0]), lam=st.sampled_from([0.0, 0.5, 1.0]))
-def test_gagpo_matches_reference(data, gamma, lam):
+def test_gagpo_matches_its_definition(norm, weighting, data, gamma, lam):
+    """Against ``ref_gagpo``: MC means, TD, GAE and A_out + w A_FP written as loops (no
+    Gated-BEPO code, no rescale)."""
     batch, np_batch = data
-    out = bj.gagpo(batch, GAGPOConfig(gamma=gamma, lam=lam, w=0.7))
-    want = ref_gated_bepo(np_batch, **{**BEPO_DEFAULTS, "gamma": gamma, "lam": lam, "w": 0.7, "eta_gated": 1.0,
-                                       "max_iters": 0}, gate_all=True)
+    out = bj.gagpo(batch, GAGPOConfig(gamma=gamma, lam=lam, w=0.7, norm=norm, weighting=weighting))
+    want = ref_gagpo(np_batch, gamma=gamma, lam=lam, w=0.7, norm=norm, weighting=weighting, std="unbiased", eps=1e-6)
     assert np.all(np.asarray(out.iterations) == 0) and np.all(np.asarray(out.gate) == np.asarray(batch.mask))
-    assert_close(out.advantage, want["advantage"], what="gagpo", rtol=3e-4)
+    assert_close(out.advantage, want, what="gagpo", rtol=3e-4)
+
+
+@given(data=batches())
+def test_gagpo_fp_scale_std_divides_by_the_std_of_a_fp(data):
+    batch, _ = data
+    raw = bj.gagpo(batch, GAGPOConfig())
+    scaled = bj.gagpo(batch, GAGPOConfig(fp_scale="std"))
+    np.testing.assert_array_equal(np.asarray(raw.fp_scale), 1.0)  # the definition: A_FP in reward units
+    m = np.asarray(batch.mask)
+    for b in range(m.shape[0]):
+        a_fp = np.asarray(raw.a_fp)[b][m[b]]
+        if a_fp.size > 1 and np.std(a_fp, ddof=1) > 1e-3:
+            want = np.asarray(raw.a_out)[b][m[b]] + a_fp / (np.std(a_fp.astype(np.float64), ddof=1) + 1e-6)
+            np.testing.assert_allclose(np.asarray(scaled.advantage)[b][m[b]], want, rtol=1e-4, atol=1e-4)
 
 
 @given(data=batches(), lam=st.sampled_from([0.0, 0.5, 1.0]))
@@ -85,32 +101,39 @@ def test_bepo_mc_lam1_equals_gigpo_mean_step_term(data, gamma):
     assert_close(out.a_fp, bj.gigpo(batch, GiGPOConfig(gamma=gamma, norm="mean")).a_step, rtol=1e-5, what="bepo_mc")
 
 
-@given(data=batches())
-def test_bepo_additive_is_eta_one(data):
-    batch, _ = data
-    a = bj.bepo_additive(batch, GatedBEPOConfig(eta_gated=0.2)).advantage
-    b = bj.gated_bepo(batch, GatedBEPOConfig(eta_gated=1.0)).advantage
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+@given(data=batches(), eta=st.sampled_from([0.0, 0.2, 0.5]))
+def test_bepo_additive_matches_reference_with_eta_one(data, eta):
+    """bepo_additive ignores the config's eta_gated: the plain-loop reference with eta = 1."""
+    batch, np_batch = data
+    out = bj.bepo_additive(batch, GatedBEPOConfig(eta_gated=eta))
+    want = ref_gated_bepo(np_batch, **{**BEPO_DEFAULTS, "eta_gated": 1.0}, exact=True)
+    assert_close(out.advantage, want["advantage"], what="bepo_additive", rtol=3e-4)
 
 
 @pytest.mark.parametrize("source", ["constant", "gate"])
-@given(data=batches(), c=st.sampled_from([0.3, 0.7, 1.0]))
+@given(data=batches(), c=st.sampled_from([0.3, 0.7, 0.99]))
 def test_confidence_returns_match_reference(source, data, c):
+    """V and the gate come from the plain-loop reference (exact float64 solve), not from the package."""
     batch, np_batch = data
-    cfg = ConfidenceConfig(c=c, confidence=source)
-    out = bj.confidence_returns(batch, cfg)
-    base = bj.gated_bepo(batch, cfg.as_bepo())
-    np.testing.assert_allclose(np.asarray(out.baseline), np.asarray(base.value), atol=1e-6)
-    conf = np.where(np.asarray(base.gate), 1.0, c) if source == "gate" else np.full(batch.mask.shape, c)
-    want = ref_confidence_returns(np_batch, np.asarray(base.value, np.float64), conf, 0.95)
-    assert_close(out.advantage, want, what="confidence returns")
+    out = bj.confidence_returns(batch, ConfidenceConfig(c=c, confidence=source))
+    ref = ref_gated_bepo(np_batch, **BEPO_DEFAULTS, exact=True)
+    assert_close(out.baseline, ref["value"], what="fixed-point baseline", rtol=3e-4)
+    conf = np.where(ref["gate"] > 0, 1.0, c) if source == "gate" else np.full(batch.mask.shape, c)
+    want = ref_confidence_returns(np_batch, ref["value"], conf, 0.95)
+    assert_close(out.advantage, want, what="confidence returns", rtol=3e-4)
 
 
-def test_confidence_c1_equals_mc_return_minus_value():
+def test_confidence_near_one_approaches_mc_return_minus_value():
     b = batch_from_trajectories([[Trajectory(["a", "b"], [0, 10], SUCCESS), Trajectory(["a", "c"], [0, 0], FAILURE)]])
-    out = bj.confidence_returns(b, ConfidenceConfig(c=1.0, gamma=1.0))
-    np.testing.assert_allclose(np.asarray(out.returns)[0, :, 0], [10, 0], atol=1e-6)
-    np.testing.assert_allclose(np.asarray(out.advantage)[0, :, 0], [5, -5], atol=1e-5)
+    out = bj.confidence_returns(b, ConfidenceConfig(c=1.0 - 1e-6, gamma=1.0))
+    np.testing.assert_allclose(np.asarray(out.returns)[0, :, 0], [10, 0], atol=1e-4)
+    np.testing.assert_allclose(np.asarray(out.advantage)[0, :, 0], [5, -5], atol=1e-4)
+
+
+@pytest.mark.parametrize("c", [0.0, 1.0, 1.5, -0.2])
+def test_confidence_constant_outside_open_interval_is_refused(c):
+    with pytest.raises(ValueError, match="ConfidenceConfig.c"):
+        ConfidenceConfig(c=c)
 
 
 def test_confidence_head_starts_at_0_7_and_learns():
@@ -141,13 +164,20 @@ def test_confidence_head_starts_at_0_7_and_learns():
 
 
 def test_confidence_given_errors():
-    b = batch_from_trajectories([[Trajectory(["a"], [1.0], SUCCESS)]])
+    b = batch_from_trajectories([[Trajectory(["a"], [1.0], SUCCESS), Trajectory(["b"], [0.0], FAILURE)]])
     with pytest.raises(ValueError, match="needs the confidence array"):
         bj.confidence_returns(b, ConfidenceConfig(confidence="given"))
     with pytest.raises(ValueError, match="set confidence=\"given\""):
-        bj.confidence_returns(b, ConfidenceConfig(), confidence=np.ones((1, 1, 1)))
-    with pytest.raises(ValueError, match=r"\(0, 1\]"):
-        bj.confidence_returns(b, ConfidenceConfig(confidence="given"), confidence=np.zeros((1, 1, 1)))
+        bj.confidence_returns(b, ConfidenceConfig(), confidence=np.full((1, 2, 1), 0.5))
+    for bad in (0.0, 1.0, np.nan):
+        with pytest.raises(ValueError, match=r"open interval \(0, 1\)"):
+            bj.confidence_returns(b, ConfidenceConfig(confidence="given"), confidence=np.full((1, 2, 1), bad))
+
+
+def test_confidence_head_output_stays_inside_the_open_interval():
+    head = bj.ConfidenceHead(rngs=nnx.Rngs(0))
+    c = head(jnp.full((4, 6), 1e4))  # saturated logits round to exactly 0 or 1 in float32 without the clip
+    assert np.all((np.asarray(c) > 0) & (np.asarray(c) < 1))
 
 
 # ------------------------------------------------------------------- history-aware keys

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from bepo_jax.returns import discounted_cumsum, gae
 from bepo_jax.stats import masked_moments, segment_moments
 
-from .reference import ref_returns
+from bepo_jax.reference import ref_returns
 
 
 @given(st.integers(0, 1000), st.sampled_from([0.0, 0.5, 0.95, 1.0]))
@@ -36,7 +36,7 @@ def test_segment_moments_match_numpy(seed, ddof):
     x = rng.normal(size=20).astype(np.float32) * 10
     valid = rng.random(20) < 0.8
     seg = rng.integers(0, 5, 20)
-    n, mu, sd = (np.asarray(a) for a in segment_moments(jnp.asarray(x), jnp.asarray(valid), jnp.asarray(seg), 5, ddof=ddof))
+    n, mu, sd, _ = (np.asarray(a) for a in segment_moments(jnp.asarray(x), jnp.asarray(valid), jnp.asarray(seg), 5, ddof=ddof))
     for s in range(5):
         vals = x[(seg == s) & valid].astype(np.float64)
         assert n[s] == len(vals)
@@ -46,6 +46,6 @@ def test_segment_moments_match_numpy(seed, ddof):
             np.testing.assert_allclose(sd[s], vals.std(ddof=ddof), rtol=1e-4, atol=1e-5)
         else:
             assert sd[s] == 0
-    c, m, s_ = masked_moments(jnp.asarray(x), jnp.asarray(valid), ddof=ddof)
+    c, m, s_, _ = masked_moments(jnp.asarray(x), jnp.asarray(valid), ddof=ddof)
     # float32 accumulation: error ~ eps * max|x|
     np.testing.assert_allclose(float(m), x[valid].astype(np.float64).mean(), rtol=1e-5, atol=1e-6 * np.abs(x).max())

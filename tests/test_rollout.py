@@ -47,7 +47,7 @@ def test_parse_action(text, want):
 def _run(script_text, K=3, max_steps=4, seed=0):
     env = sk.SokobanConfig(max_steps=max_steps)
     cfg = RolloutConfig(group_size=K)
-    P = prompt_length(env.size * (env.size + 1), cfg.history, 5)
+    P = prompt_length(env.size * (env.size + 1), cfg.prompt_history, 5)
     model = ScriptedLM(P + cfg.max_response, P, _words(script_text))
     levels = sk.generate_levels(2, config=env, seed=seed)
     out = jax.jit(make_rollout(model, sk.SokobanEnv(env), cfg))(nnx.state(model, nnx.Param), levels, jax.random.PRNGKey(0))

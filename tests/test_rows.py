@@ -42,7 +42,7 @@ def row_sets(draw):
     rows = []
     n_groups = int(rng.integers(1, 4))
     for g in range(n_groups):
-        for k in range(int(rng.integers(1, 5))):  # ragged groups
+        for k in range(int(rng.integers(2, 5))):  # ragged groups (>= 2 trajectories: one alone is refused)
             L = int(rng.integers(1, 6))
             outcome = int(rng.integers(0, 3))
             rewards = rng.choice([0.0, 0.0, 1.0, 10.0], L)
@@ -145,3 +145,20 @@ def test_to_rows_shape_error():
     batch, index = bj.from_rows(["u"], ["a"], np.array([0]), ["x"], np.zeros(1), np.zeros(1, int))
     with pytest.raises(ValueError, match="expected \\(1, 1, 1\\)"):
         bj.to_rows(np.zeros((2, 1, 1)), index)
+
+
+def test_single_trajectory_group_is_refused_on_the_host_and_flagged_inside():
+    uid, traj, step = ["u0", "u1", "u1"], ["a", "b", "c"], np.array([0, 0, 0])
+    obs, reward, outcome = ["x", "x", "z"], np.array([1.0, 0.0, 1.0], np.float32), np.array([0, 1, 0])
+    batch, index = bj.from_rows(uid, traj, step, obs, reward, outcome)
+    with pytest.raises(ValueError, match="group 0 has a single non-empty trajectory"):
+        bj.gigpo(batch)
+    out = bj.gigpo(batch, check=False)  # verl-agent's singleton rule, flagged
+    assert list(np.asarray(out.diagnostics.invalid)) == [bj.SINGLE_TRAJECTORY, 0]
+    np.testing.assert_allclose(bj.to_rows(out.a_episode, index)[:1], [1.0], rtol=1e-5)  # n = 1: mu = 0, sigma = 1
+
+
+@pytest.mark.parametrize("won", [np.array([True, False]), [True, False]])
+def test_from_rows_refuses_boolean_outcomes(won):
+    with pytest.raises(ValueError, match="booleans"):
+        bj.from_rows(["u", "u"], ["a", "b"], np.array([0, 0]), ["x", "x"], np.array([1.0, 0.0]), won)

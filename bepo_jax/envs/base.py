@@ -7,7 +7,8 @@ whole rollout, the advantages and the update compile into one program:
     inner = env.reset(task)                      # identical for the K trajectories of a group
     inner, reward, success, terminal = env.step(inner, action)   # action in [0, len(action_words))
     tokens = env.render(inner)                   # int32 [obs_len]: the observation as text tokens
-    raw = env.observation(inner)                 # the raw observation, hashed into the obs key
+    raw = env.observation(inner)                 # the raw observation (any numeric dtype, any shape),
+                                                 # hashed bit-exactly into the obs key (floats are not rounded)
 
 The wrapper state ``EnvState`` adds what every environment needs the same way: the
 time step, the episode's end (``terminal`` or the time limit ``max_steps``), success,
@@ -31,10 +32,17 @@ from .text import EOS, PAD, decode, encode
 
 
 class EnvState(NamedTuple):
+    """The wrapper state: ``done`` = the episode is over for any reason (success, the
+    environment's own ``terminal`` flag, or the time limit); ``terminal`` = the
+    environment itself ended it (success included), so a time-limit end is
+    ``done & ~terminal`` (TRUNCATED) and a failure on the last allowed step is still a
+    FAILURE."""
+
     inner: Any
     t: Int[Array, ""]
     done: Bool[Array, ""]
     success: Bool[Array, ""]
+    terminal: Bool[Array, ""]
 
 
 @runtime_checkable
@@ -66,7 +74,7 @@ class HostEnv(Protocol):
 
 
 def env_reset(env: JaxEnv, task) -> EnvState:
-    return EnvState(env.reset(task), jnp.int32(0), jnp.bool_(False), jnp.bool_(False))
+    return EnvState(env.reset(task), jnp.int32(0), jnp.bool_(False), jnp.bool_(False), jnp.bool_(False))
 
 
 def env_step(env: JaxEnv, state: EnvState, action: Int[Array, ""]):
@@ -80,9 +88,10 @@ def env_step(env: JaxEnv, state: EnvState, action: Int[Array, ""]):
     valid = ~state.done
     reward = jnp.where(state.done, 0.0, jnp.where(invalid, env.noop_reward, reward)).astype(jnp.float32)
     success = state.success | (~keep & success)
+    ended = state.terminal | (~keep & terminal) | success
     t = state.t + valid.astype(jnp.int32)
-    done = state.done | (~keep & terminal) | success | (t >= env.max_steps)
-    return EnvState(inner, t, done, success), reward, valid
+    done = state.done | ended | (t >= env.max_steps)
+    return EnvState(inner, t, done, success, ended), reward, valid
 
 
 # ------------------------------------------------------------------------------ grids as text

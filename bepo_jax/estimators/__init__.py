@@ -8,6 +8,7 @@ from .confidence import (ConfidenceConfig, ConfidenceHead, confidence_features, 
 from .gigpo import GiGPOConfig, gigpo, gigpo_kernel, step_group_advantage
 from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
 from .grpo import GRPOConfig, grpo, grpo_kernel, outcome_advantage
+from ._common import max_states_for
 from .registry import ESTIMATORS, Estimator, compute_advantages, get_estimator, make_config
 
 __all__ = [
@@ -19,5 +20,5 @@ __all__ = [
     "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
     "ConfidenceConfig", "ConfidenceHead", "confidence_features", "confidence_loss", "confidence_returns",
     "confidence_returns_kernel",
-    "ESTIMATORS", "Estimator", "compute_advantages", "get_estimator", "make_config",
+    "ESTIMATORS", "Estimator", "compute_advantages", "get_estimator", "make_config", "max_states_for",
 ]

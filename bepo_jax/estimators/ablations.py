@@ -6,6 +6,7 @@
 | ``bepo_mc``     | V = the Monte-Carlo initialisation, no sweeps (isolates the fixed point) |
 | ``bepo_additive`` | eta_gated = 1 (no outcome reduction at gated states)                 |
 | ``gagpo``       | V = MC means, GAE of the TD residuals, no gate: A = A_out + w A_FP     |
+|                 | (A_FP in reward units; ``fp_scale="std"`` rescales it)                  |
 
 GAGPO (Zhu et al. 2026) builds a group return proxy and propagates it with TD/GAE;
 SPEC section 5 fixes its proxy as the per-state mean of the Monte-Carlo returns.
@@ -17,7 +18,7 @@ import dataclasses
 
 import jax
 
-from .._config import check_int, check_range, pytree_config
+from .._config import check_choice, check_int, check_range, pytree_config
 from ..types import GatedBEPOOutput, StepBatch
 from ._common import check_outcome_fields, entry_point, stop_gradient
 from .bepo import GatedBEPOConfig, bepo_batch
@@ -51,13 +52,15 @@ bepo_additive, bepo_additive_kernel = _ablation(
     "bepo_additive", "Gated-BEPO with eta_gated = 1: the outcome credit is not reduced at gated states.", eta_gated=1.0)
 
 
-@pytree_config(static=("norm", "weighting", "std", "history"))
+@pytree_config(static=("norm", "weighting", "std", "history", "fp_scale"))
 class GAGPOConfig:
-    """GAGPO settings.
+    """GAGPO settings: A = A_out + w A_FP.
 
     gamma: discount (0.95). lam: GAE lambda (0.95, the usual GAE default) [reconstructed].
     w: weight of the temporal term (1.0).
-    norm, weighting, std, eps: as Gated-BEPO (norm "mean_std" rescales A_FP by its std).
+    norm, weighting, std, eps: the outcome term's, as GRPO.
+    fp_scale: "none" (default; the definition: A_FP in reward units) or "std" (divide
+      A_FP by its std over the group's records, as Gated-BEPO does under mean_std).
     history: history-aware state keys (0 = the observation alone).
     """
 
@@ -69,9 +72,11 @@ class GAGPOConfig:
     std: str = "unbiased"
     eps: float = 1e-6
     history: int = 0
+    fp_scale: str = "none"
 
     def __post_init__(self):
         name = "GAGPOConfig"
+        check_choice(name, "fp_scale", self.fp_scale, ("none", "std"))
         check_range(name, "gamma", self.gamma, lo=0.0, hi=1.0)
         check_range(name, "lam", self.lam, lo=0.0, hi=1.0)
         check_range(name, "w", self.w)
@@ -87,7 +92,7 @@ class GAGPOConfig:
 
 def gagpo_kernel(batch: StepBatch, config: GAGPOConfig) -> GatedBEPOOutput:
     """The jittable GAGPO kernel on a validated batch (no host checks)."""
-    return stop_gradient(bepo_batch(batch, config.as_bepo(), gate_all=True))
+    return stop_gradient(bepo_batch(batch, config.as_bepo(), gate_all=True, rescale=config.fp_scale == "std"))
 
 
 _gagpo_jit = jax.jit(gagpo_kernel)

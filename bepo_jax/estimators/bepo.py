@@ -9,7 +9,8 @@ Per group, with edge reward r_i = reward_i + penalty_i:
 4. rho(s) = 1 iff E(s) has >= min_successors distinct successor nodes
    (or distinct (r, s') pairs with gate_on="reward_successor");
 5. A_i = eta_i A_out_i + w rho(s_i) A_FP_i / scale,  eta_i = eta_gated if rho else 1;
-6. scale = std of A_FP over the group's gated records + eps (norm="mean_std"), 1 (norm="mean").
+6. scale = std of A_FP over the group's gated records + eps (norm="mean_std"), 1 (norm="mean");
+   scale = 1 + eps when that std is residue (<= FP_SCALE_NOISE tol (1 + max|V|)) or one record.
 
 Steps 3-6 are [reconstructed] (the paper text stops at step 2): every choice is a
 config field. A group whose observations never repeat has A_FP = 0 and A = A_out.
@@ -21,14 +22,18 @@ import jax
 import jax.numpy as jnp
 
 from .._config import check_range, pytree_config
-from ..fixed_point import FixedPoint, bellman_fixed_point_batched
+from ..fixed_point import TOL_FLOOR, FixedPoint, bellman_fixed_point_batched
 from ..graph import build_graph, gather_node, graph_diagnostics, history_keys
 from ..returns import discounted_returns, gae
 from ..stats import STD_DDOF, masked_moments, segment_moments
 from ..types import GatedBEPOOutput, GraphDiagnostics, StepBatch
-from ._common import check_graph_fields, check_outcome_fields, entry_point, per_group, stop_gradient
+from ._common import (check_graph_fields, check_outcome_fields, entry_point, per_group, stop_gradient,
+                      with_sanitized_input)
 from .grpo import outcome_advantage
 
+
+# A_FP spreads up to this many tolerances (relative to 1 + max |V|) count as residue.
+FP_SCALE_NOISE = 16.0
 
 
 @pytree_config(static=("norm", "weighting", "std", "gate_on", "solver", "history", "max_states"))
@@ -47,14 +52,20 @@ class GatedBEPOConfig:
     min_successors: distinct successors a state needs to be gated (2).
     gate_on: "successor" (distinct successor nodes, default) or "reward_successor"
       (distinct (r, s') pairs) [reconstructed].
-    tol: relative tolerance of the Jacobi stopping rule (1e-6).
-    max_iters: Jacobi sweep cap (1000); 0 keeps the Monte-Carlo initialisation.
-    solver: "dense" (default), "sparse", "solve" or "auto" (by bucket size); all agree.
+    tol: relative tolerance of the Jacobi stopping rule (1e-6). Values below
+      ``fixed_point.TOL_FLOOR`` (8 float32 ulps, ~9.5e-7) are raised to it, with a
+      warning: float32 sweeps cannot resolve less.
+    max_iters: Jacobi sweep cap (1000); 0 keeps the Monte-Carlo initialisation on
+      every solver.
+    solver: "dense" (default), "sparse", "auto" (dense up to a 256-state bucket, else
+      sparse) or "solve" (direct LU; no intermediate iterates: any max_iters >= 1 gives
+      the fixed point). dense/sparse/auto agree for every config; solve agrees with
+      them whenever they report converged.
     max_states: static state bucket S of the dense/direct solvers. 0 (default) is
-      automatic: the host entry point picks a power-of-two bucket that fits (see
-      ``_common.entry_point``); inside your own jit, 0 means S = K * T. A group with
-      more states than an explicit bucket sends the batch to the sparse solver
-      (``diagnostics.overflow``, and a warning on the host), never a truncated graph.
+      automatic and a pure function of the batch, inside or outside your jit: the
+      smallest of 32/64/128/256 that holds the largest group (sparse above 256). An
+      explicit S that a group outgrows sends the batch to the sparse solver
+      (``diagnostics.overflow`` and a printed warning), never a truncated graph.
     history: merge states on the last ``history`` + 1 observations instead of the
       current one (0, default: the observation alone) — HGPO's remedy for aliasing.
     """
@@ -93,11 +104,12 @@ def _prepare(obs_key, reward, mask, outcome, penalty, config: GatedBEPOConfig):
     n = graph.num_slots
     # V^0(s) = mean of the discounted returns of the records at s.
     g = discounted_returns(r, mask, config.gamma)
-    _, v0, _ = segment_moments(g.reshape(n), mask.reshape(n), graph.state.reshape(n), n, ddof=0)
+    v0 = segment_moments(g.reshape(n), mask.reshape(n), graph.state.reshape(n), n, ddof=0).mean
     return r, graph, v0
 
 
-def _finish(reward, mask, penalty, r, graph, fp: FixedPoint, overflow, config: GatedBEPOConfig, gate_all: bool):
+def _finish(reward, mask, penalty, r, graph, fp: FixedPoint, overflow, config: GatedBEPOConfig, gate_all: bool,
+            rescale: bool):
     """Per group: TD residuals, GAE, the gate and the mixing."""
     value = jnp.where(mask, gather_node(fp.value, graph.state), 0.0)
     td = jnp.where(mask, r + config.gamma * gather_node(fp.value, graph.succ) - value, 0.0)
@@ -109,9 +121,13 @@ def _finish(reward, mask, penalty, r, graph, fp: FixedPoint, overflow, config: G
         gate = mask & (n_succ >= config.min_successors)
     a_out = outcome_advantage(reward, penalty, mask, norm=config.norm, weighting=config.weighting,
                               std=config.std, eps=config.eps)
-    if config.norm == "mean_std":
-        count, _, sd = masked_moments(a_fp, gate, ddof=STD_DDOF[config.std])
-        scale = jnp.where(count > 1, sd, 1.0) + config.eps  # one gated record: sigma = 1 (SPEC s.2 rule)
+    if config.norm == "mean_std" and rescale:
+        count, _, sd, _ = masked_moments(a_fp, gate, ddof=STD_DDOF[config.std])
+        # Constant-group rule for the scale: one gated record, or a spread no larger than the
+        # fixed point's own tolerance (float residue of order tol |V|), keeps sigma = 1 so
+        # residue is never inflated into order-1 credit.
+        noise = FP_SCALE_NOISE * jnp.maximum(config.tol, TOL_FLOOR) * (1.0 + jnp.max(jnp.abs(value)))
+        scale = jnp.where((count > 1) & (sd > noise), sd, 1.0) + config.eps
     else:
         scale = jnp.ones((), jnp.float32)
     eta = jnp.where(gate, config.eta_gated, 1.0)
@@ -123,13 +139,16 @@ def _finish(reward, mask, penalty, r, graph, fp: FixedPoint, overflow, config: G
     )
 
 
-def bepo_batch(batch: StepBatch, config: GatedBEPOConfig, *, gate_all: bool = False) -> GatedBEPOOutput:
+@with_sanitized_input
+def bepo_batch(batch: StepBatch, config: GatedBEPOConfig, *, gate_all: bool = False,
+               rescale: bool = True) -> GatedBEPOOutput:
     """Gated-BEPO on every group of ``batch`` (``gate_all``: rho = 1 everywhere, for
-    bepo_nogate and GAGPO). Not stop-gradient; the public kernels wrap it."""
+    bepo_nogate and GAGPO; ``rescale=False``: A_FP is never divided by its std, for
+    GAGPO's definition). Not stop-gradient; the public kernels wrap it."""
     r, graph, v0 = per_group(_prepare, batch, config)
     fp, overflow = bellman_fixed_point_batched(graph, r, v0, config.gamma, tol=config.tol, max_iters=config.max_iters,
                                                solver=config.solver, max_states=config.max_states)
-    finish = lambda rew, m, p, rr, g, f, o: _finish(rew, m, p, rr, g, f, o, config, gate_all)
+    finish = lambda rew, m, p, rr, g, f, o: _finish(rew, m, p, rr, g, f, o, config, gate_all, rescale)
     return jax.vmap(finish)(batch.reward, batch.mask, batch.penalty_or_zeros(), r, graph, fp, overflow)
 
 

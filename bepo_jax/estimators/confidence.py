@@ -3,7 +3,7 @@
     R_t = r_t + c_t gamma R_{t+1},     A_t = R_t - V(s_t)
 
 with V the Gated-BEPO fixed-point value of the record's state (a critic-free
-baseline) and c_t in (0, 1] a confidence that the future beyond step t is worth
+baseline) and c_t in (0, 1) a confidence that the future beyond step t is worth
 trusting. ``confidence`` picks c:
 
 * ``"constant"`` — c_t = c (default 0.7);
@@ -29,17 +29,18 @@ from jaxtyping import Array, Bool, Float, Int
 from .._config import check_choice, check_range, pytree_config
 from ..returns import discounted_cumsum
 from ..types import SUCCESS, ConfidenceOutput, StepBatch
-from ._common import check_graph_fields, entry_point
+from ._common import check_graph_fields, entry_point, with_sanitized_input
 from .bepo import GatedBEPOConfig, bepo_batch
 
 CONFIDENCE_SOURCES = ("constant", "gate", "given")
+_C_MIN = float(np.finfo(np.float32).epsneg)  # 2**-24: 1 - _C_MIN is the largest float32 below 1
 
 
 @pytree_config(static=("confidence", "gate_on", "solver", "history", "max_states"))
 class ConfidenceConfig:
     """Confidence-discounted returns settings.
 
-    gamma: discount (0.95). c: the constant confidence, in (0, 1] (0.7).
+    gamma: discount (0.95). c: the constant confidence, in the open interval (0, 1) (0.7).
     confidence: "constant" (default), "gate" or "given" (module docstring).
     min_successors, gate_on, tol, max_iters, solver, history, max_states: the
       fixed-point baseline's graph settings, as Gated-BEPO.
@@ -59,7 +60,7 @@ class ConfidenceConfig:
     def __post_init__(self):
         name = "ConfidenceConfig"
         check_range(name, "gamma", self.gamma, lo=0.0, hi=1.0)
-        check_range(name, "c", self.c, lo=0.0, hi=1.0, lo_open=True)
+        check_range(name, "c", self.c, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
         check_choice(name, "confidence", self.confidence, CONFIDENCE_SOURCES)
         check_graph_fields(name, self)
 
@@ -69,6 +70,7 @@ class ConfidenceConfig:
                                max_states=self.max_states)
 
 
+@with_sanitized_input
 def confidence_returns_kernel(batch: StepBatch, config: ConfidenceConfig,
                               confidence: Float[Array, "B K T"] | None = None) -> ConfidenceOutput:
     """The jittable kernel on a validated batch (no host checks)."""
@@ -106,8 +108,11 @@ def confidence_returns(batch: StepBatch, config: ConfidenceConfig = ConfidenceCo
             raise ValueError(f"confidence has shape {tuple(np.shape(confidence))}, expected {tuple(np.shape(batch.mask))}.")
         if check and not isinstance(confidence, jax.core.Tracer):
             c = np.asarray(confidence, np.float64)[np.asarray(batch.mask, bool)]
-            if not np.all((c > 0) & (c <= 1)):
-                raise ValueError("confidence must lie in (0, 1] on valid steps.")
+            bad = ~((c > 0) & (c < 1))
+            if bad.any():
+                raise ValueError(f"confidence must lie in the open interval (0, 1) on valid steps; got {c[bad][0]!r}. "
+                                 "c = 1 is the plain return (use another estimator), c = 0 drops the future; "
+                                 "ConfidenceHead outputs are in (0, 1).")
     elif confidence is not None:
         raise ValueError(f'a confidence array was passed but ConfidenceConfig.confidence="{config.confidence}"; '
                          'set confidence="given" to use it.')
@@ -141,7 +146,8 @@ class ConfidenceHead(nnx.Module):
         return self.out(nnx.relu(self.hidden(features)))[..., 0]
 
     def __call__(self, features: Float[Array, "... F"]) -> Float[Array, "..."]:
-        return jax.nn.sigmoid(self.logits(features))
+        # float32 sigmoid rounds to exactly 1 (or 0) for large logits: keep c in (0, 1).
+        return jnp.clip(jax.nn.sigmoid(self.logits(features)), _C_MIN, 1.0 - _C_MIN)
 
 
 def confidence_loss(head: ConfidenceHead, features: Float[Array, "B K T F"], mask: Bool[Array, "B K T"],

@@ -23,9 +23,9 @@ from jaxtyping import Array, Bool, Float, Int
 from .._config import check_int, check_range, pytree_config
 from ..graph import build_graph, graph_diagnostics, history_keys, in_shared_state
 from ..returns import discounted_returns
-from ..stats import STD_DDOF, normalise, segment_moments
+from ..stats import STD_DDOF, scale_deviation, segment_moments
 from ..types import GiGPOOutput, GraphDiagnostics, StepBatch
-from ._common import check_outcome_fields, entry_point, per_group, stop_gradient
+from ._common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
 from .grpo import outcome_advantage
 
 
@@ -70,9 +70,10 @@ def step_group_advantage(
     """A^S: normalise ``y`` within the step groups given by ``state``; singletons get 0."""
     n = mask.size
     ids = state.reshape(n)
-    count, mu, sd = segment_moments(y.reshape(n), mask.reshape(n), ids, n, ddof=STD_DDOF[std])
+    m = segment_moments(y.reshape(n), mask.reshape(n), ids, n, ddof=STD_DDOF[std])
     safe = jnp.clip(ids, 0, n - 1)
-    a = normalise(y.reshape(n), mu[safe], sd[safe], norm=norm, eps=eps, constant=sd[safe] == 0)
+    count = m.count
+    a = scale_deviation(m.dev, m.std[safe], norm=norm, eps=eps)
     a = jnp.where(mask.reshape(n) & (count[safe] > 1), a, 0.0)
     return a.reshape(mask.shape)
 
@@ -87,8 +88,9 @@ def _group(obs_key, reward, mask, outcome, penalty, config: GiGPOConfig):
     return a_ep + config.omega * a_step, a_ep, a_step, diag
 
 
+@with_sanitized_input
 def gigpo_kernel(batch: StepBatch, config: GiGPOConfig) -> GiGPOOutput:
-    """The jittable GiGPO kernel on a validated batch (no host checks)."""
+    """The jittable GiGPO kernel (no host checks; invalid groups are dropped and flagged)."""
     adv, a_ep, a_step, diag = per_group(_group, batch, config)
     return stop_gradient(GiGPOOutput(advantage=adv, a_episode=a_ep, a_step=a_step, diagnostics=diag))
 

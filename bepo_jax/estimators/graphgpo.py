@@ -24,7 +24,7 @@ from jaxtyping import Array, Float, Int
 from .._config import check_int, check_range, pytree_config
 from ..graph import GroupGraph, build_graph, graph_diagnostics, history_keys, in_shared_state
 from ..types import SUCCESS, GraphDiagnostics, GraphGPOOutput, StepBatch
-from ._common import check_outcome_fields, entry_point, per_group, stop_gradient
+from ._common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
 from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
 
@@ -109,8 +109,9 @@ def _group(obs_key, reward, mask, outcome, penalty, config: GraphGPOConfig):
     return GraphGPOOutput(advantage=adv, a_graph=a_graph, a_episode=a_ep, distance=dist, diagnostics=diag)
 
 
+@with_sanitized_input
 def graphgpo_kernel(batch: StepBatch, config: GraphGPOConfig) -> GraphGPOOutput:
-    """The jittable GraphGPO kernel on a validated batch (no host checks)."""
+    """The jittable GraphGPO kernel (no host checks; invalid groups are dropped and flagged)."""
     return stop_gradient(per_group(_group, batch, config))
 
 

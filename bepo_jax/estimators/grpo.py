@@ -1,13 +1,17 @@
-"""GRPO: the group-relative outcome advantage (SPEC section 2).
+"""GRPO: the group-relative outcome advantage (docs/estimators.md, "Outcome advantage").
 
-Row score S_i = R_k + penalty_i with R_k = sum_t reward[k, t]. Per group, mu and
-sigma are taken over the row scores of the valid records (``weighting="step"``,
-verl-agent's ``compute_mean_std_cross_steps=True``) or over the returns R_k of the
-non-empty trajectories (``weighting="trajectory"``, Shao et al. 2024, DeepSeekMath):
+Row score S_i = R_k + penalty_i with R_k = sum_t reward[k, t]. Per group:
 
-    A_out_i = S_i - mu                      (norm="mean")
-    A_out_i = (S_i - mu) / (sigma + eps)    (norm="mean_std")
+* ``weighting="step"`` (verl-agent's ``compute_mean_std_cross_steps=True``): mu and
+  sigma over the row scores S_i of the valid records, A_out_i = (S_i - mu) / (sigma + eps);
+* ``weighting="trajectory"`` (Shao et al. 2024, DeepSeekMath): mu and sigma over the
+  returns R_k of the non-empty trajectories, A_out_i = (R_k - mu) / (sigma + eps) + penalty_i
+  (the penalty is added in reward units, unnormalised, so equal returns with a penalty
+  give A = penalty, never penalty / eps);
+* ``norm="mean"``: no division (A_out_i = S_i - mu for both weightings).
 
+Constant-group rule: when every value the statistics are taken over is equal, the
+deviation is exactly 0 (decided by max == min, not by a rounded sigma).
 n = 1 sample: mu = 0, sigma = 1 (verl-agent). No valid record: all zeros.
 """
 
@@ -18,9 +22,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .._config import pytree_config
-from ..stats import STD_DDOF, masked_moments, normalise
+from ..stats import STD_DDOF, masked_moments, scale_deviation
 from ..types import GRPOOutput, StepBatch
-from ._common import check_outcome_fields, entry_point, per_group, stop_gradient
+from ._common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
 
 
 @pytree_config(static=("norm", "weighting", "std"))
@@ -55,16 +59,24 @@ def outcome_advantage(
 ) -> Float[Array, "K T"]:
     """A_out for one group (module docstring); 0 at padding."""
     ret = jnp.sum(jnp.where(mask, reward, 0.0), axis=-1)  # R_k
-    score = ret[:, None] + jnp.where(mask, penalty, 0.0)  # S_i
+    pen = jnp.where(mask, penalty, 0.0)
     if weighting == "step":
-        n, mu, sd = masked_moments(score, mask, ddof=STD_DDOF[std])
+        score = ret[:, None] + pen  # S_i: the statistics are over the scores themselves
+        adv = _standardise(score, mask, std=std, norm=norm, eps=eps)
     else:
-        n, mu, sd = masked_moments(ret, jnp.any(mask, axis=-1), ddof=STD_DDOF[std])
-    single = n == 1
-    mu = jnp.where(single, 0.0, mu)
-    sd = jnp.where(single, 1.0, sd)
-    constant = (sd == 0) if weighting == "step" else None  # stats over the scores themselves
-    return jnp.where(mask, normalise(score, mu, sd, norm=norm, eps=eps, constant=constant), 0.0)
+        # Statistics over the returns R_k: normalise R_k, then add the penalty in reward units
+        # (a penalty divided by the returns' sigma would blow up when the returns are equal).
+        adv = _standardise(ret, jnp.any(mask, axis=-1), std=std, norm=norm, eps=eps)[:, None] + pen
+    return jnp.where(mask, adv, 0.0)
+
+
+def _standardise(x, valid, *, std: str, norm: str, eps):
+    """(x - mu) / (sigma + eps) or x - mu over ``valid``; n = 1 sample: mu = 0, sigma = 1
+    (verl-agent), so the single value is returned rather than 0."""
+    m = masked_moments(x, valid, ddof=STD_DDOF[std])
+    single = m.count == 1
+    dev = jnp.where(single, x, m.dev)
+    return scale_deviation(dev, jnp.where(single, 1.0, m.std), norm=norm, eps=eps)
 
 
 def _group(obs_key, reward, mask, outcome, penalty, config: GRPOConfig):
@@ -73,9 +85,11 @@ def _group(obs_key, reward, mask, outcome, penalty, config: GRPOConfig):
                              std=config.std, eps=config.eps)
 
 
+@with_sanitized_input
 def grpo_kernel(batch: StepBatch, config: GRPOConfig) -> GRPOOutput:
-    """The jittable GRPO kernel on a validated batch (no host checks)."""
-    return stop_gradient(GRPOOutput(advantage=per_group(_group, batch, config)))
+    """The jittable GRPO kernel (no host checks; invalid groups are dropped and flagged)."""
+    return stop_gradient(GRPOOutput(advantage=per_group(_group, batch, config),
+                                    invalid=jnp.zeros(batch.mask.shape[:1], jnp.int32)))
 
 
 _grpo_jit = jax.jit(grpo_kernel)

@@ -53,7 +53,9 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
       obs_key: uint32 [R, 2] keys, or raw observations (strings, bytes, arrays), hashed
         with ``hash_observations``.
       reward: [R] step rewards.   outcome: [R] the trajectory's outcome code (equal
-        on all its rows).   penalty: [R] or None.
+        on all its rows): SUCCESS (0), FAILURE (1), TRUNCATED (2); booleans such as
+        verl-agent's ``won`` are refused (True would read as 1 = FAILURE).
+      penalty: [R] or None.
     """
     uid = np.asarray(uid, dtype=object) if not isinstance(uid, np.ndarray) else uid
     n = len(uid)
@@ -65,6 +67,12 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
         raise ValueError(f"from_rows: step has dtype {step.dtype}; it must hold integer step indices.")
     reward = _column("reward", reward, n)
     outcome = _column("outcome", outcome, n)
+    if outcome.dtype == np.bool_ or (outcome.dtype == object and any(isinstance(o, (bool, np.bool_)) for o in outcome)):
+        raise ValueError("from_rows: outcome holds booleans, which would read True as 1 = FAILURE. Pass outcome "
+                         "codes: SUCCESS (0), FAILURE (1), TRUNCATED (2), e.g. np.where(won, SUCCESS, FAILURE).")
+    if not np.issubdtype(outcome.dtype, np.integer) and outcome.dtype != object:
+        raise ValueError(f"from_rows: outcome has dtype {outcome.dtype}; pass integer outcome codes "
+                         "SUCCESS (0), FAILURE (1), TRUNCATED (2).")
     if penalty is not None:
         penalty = _column("penalty", penalty, n)
     keys = obs_key if isinstance(obs_key, np.ndarray) and obs_key.dtype == np.uint32 else None

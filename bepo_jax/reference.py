@@ -1,7 +1,10 @@
-"""Plain NumPy / Python-loop reference implementations of SPEC sections 2-4.
+"""Plain NumPy / Python-loop reference implementations of the estimators (docs/estimators.md).
 
-Deliberately written as the SPEC reads — dicts keyed by observation, loops over
-records, float64 — and independent of the package's kernels.
+Deliberately written as the definitions read — dicts keyed by observation, loops
+over records, float64 — and independent of the package's kernels: the tests check
+every kernel against these, and ``experiments/bench_advantages.py`` times them. Slow
+by design; not for training. Each function takes one batch as NumPy arrays
+``(obs [B, K, T, 2], reward, mask, outcome, penalty)``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from collections import defaultdict
 import numpy as np
 
 N_OUT = 3
+FP_SCALE_NOISE = 16.0                       # as bepo_jax.estimators.bepo
+TOL_FLOOR = 8 * float(np.finfo(np.float32).eps)  # as bepo_jax.fixed_point
 
 
 def _std(values, ddof):
@@ -56,8 +61,12 @@ def ref_outcome(reward, penalty, mask, *, norm, weighting, std, eps):
         mu, sd = sum(pool) / len(pool), _std(pool, _ddof(std))
     for k in range(K):
         for t in range(L[k]):
-            s = R[k] + float(penalty[k, t])
-            out[k, t] = s - mu if norm == "mean" else (s - mu) / (sd + eps)
+            p = float(penalty[k, t])
+            if weighting == "step" or norm == "mean":
+                s = R[k] + p
+                out[k, t] = s - mu if norm == "mean" else (s - mu) / (sd + eps)
+            else:  # trajectory statistics: the returns normalised, the penalty added in reward units
+                out[k, t] = (R[k] - mu) / (sd + eps) + p
     return out
 
 
@@ -194,7 +203,10 @@ def ref_gated_bepo(batch_np, *, gamma, lam, w, eta_gated, norm, weighting, std, 
                 if res["gate"][b, k, t]:
                     gated_fp.append(acc)
         if norm == "mean_std":
-            scale = (_std(gated_fp, _ddof(std)) if len(gated_fp) > 1 else 1.0) + eps
+            # residue rule: a gated spread within the fixed point's tolerance is not rescaled
+            sd = _std(gated_fp, _ddof(std)) if len(gated_fp) > 1 else 0.0
+            noise = FP_SCALE_NOISE * max(tol, TOL_FLOOR) * (1.0 + max((abs(v) for v in V.values()), default=0.0))
+            scale = (sd if len(gated_fp) > 1 and sd > noise else 1.0) + eps
         else:
             scale = 1.0
         for k in range(K):
@@ -251,6 +263,33 @@ def ref_graphgpo(batch_np, *, omega_g, scale, beta_g, beta_e, norm, weighting, s
         a_e = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
         adv[b] = beta_g * a_g + beta_e * a_e
     return adv, dist
+
+
+def ref_gagpo(batch_np, *, gamma, lam, w, norm, weighting, std, eps):
+    """GAGPO from its definition: V(s) = mean of the Monte-Carlo returns of the records
+    at s, delta = r + gamma V(s') - V(s) (V(END) = 0), A_FP = GAE(delta), no gate,
+    A = A_out + w A_FP with A_FP in reward units."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    adv = np.zeros((B, K, T))
+    for b in range(B):
+        L = lengths(mask[b])
+        r = [[float(np.float32(reward[b, k, t] + penalty[b, k, t])) for t in range(L[k])] for k in range(K)]
+        G = [ref_returns(r[k], gamma) for k in range(K)]
+        visits = defaultdict(list)
+        for k in range(K):
+            for t in range(L[k]):
+                visits[tuple(obs[b, k, t])].append(G[k][t])
+        V = {s: sum(g) / len(g) for s, g in visits.items()}
+        a_out = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        for k in range(K):
+            acc = 0.0
+            for t in reversed(range(L[k])):
+                v_next = V[tuple(obs[b, k, t + 1])] if t + 1 < L[k] else 0.0
+                delta = r[k][t] + gamma * v_next - V[tuple(obs[b, k, t])]
+                acc = delta + gamma * lam * acc
+                adv[b, k, t] = a_out[k, t] + w * acc
+    return adv
 
 
 def ref_confidence_returns(batch_np, values, conf, gamma):
