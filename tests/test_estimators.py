@@ -71,7 +71,11 @@ def test_bepo_worked_example(solver):
 
 def test_grpo_singleton_and_empty_groups():
     b = batch_from_trajectories([[Trajectory(["a"], [3.0], SUCCESS)], [Trajectory([], [], FAILURE)]])
-    a = np.asarray(bj.grpo(b, GRPOConfig(norm="mean_std")).advantage)
+    with pytest.raises(ValueError, match="single non-empty trajectory"):
+        bj.grpo(b)
+    out = bj.grpo(b, GRPOConfig(norm="mean_std"), check=False)  # the in-jit rule, flagged
+    assert list(np.asarray(out.invalid)) == [bj.SINGLE_TRAJECTORY, 0]
+    a = np.asarray(out.advantage)
     assert a[0, 0, 0] == pytest.approx(3.0 / (1 + 1e-6))  # n = 1: mu = 0, sigma = 1
     assert np.all(a[1] == 0)  # no valid record: zeros
 
