@@ -16,6 +16,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 
 train: $(VENV)/.installed
 	$(VENV)/bin/bepo-jax train --env sokoban --estimator gated_bepo --out runs/sokoban_gated_bepo_s0$(if $(wildcard runs/sokoban_gated_bepo_s0/config.json), --resume,)
+	cp runs/sokoban_gated_bepo_s0/summary.json experiments/results/main_job.json
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/bepo-jax demo

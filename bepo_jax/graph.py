@@ -27,7 +27,7 @@ from .types import NUM_OUTCOMES
 
 
 class GroupGraph(NamedTuple):
-    """One group's empirical graph (SPEC section 4, step 1).
+    """One group's empirical graph (docs/data-model.md, the empirical graph).
 
     state:          source state id of each record in [0, S), ``N + 3`` at padding  [K, T]
     succ:           successor node: a state id, ``N + outcome`` for END, ``N + 3`` at padding  [K, T]

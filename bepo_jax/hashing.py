@@ -1,4 +1,4 @@
-"""64-bit observation keys as two uint32 words (SPEC section 1).
+"""64-bit observation keys as two uint32 words (docs/data-model.md).
 
 * ``hash_observations`` — host content digest (BLAKE2b, 8 bytes) of text, bytes, and
   NumPy/JAX arrays. The digest covers a type tag, and for arrays the dtype and the

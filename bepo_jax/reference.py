@@ -44,7 +44,7 @@ def ref_returns(rewards, gamma):
 
 
 def ref_outcome(reward, penalty, mask, *, norm, weighting, std, eps):
-    """SPEC section 2 for one group [K, T]."""
+    """docs/estimators.md, outcome advantage for one group [K, T]."""
     K, T = mask.shape
     L = lengths(mask)
     R = [float(sum(reward[k, : L[k]])) for k in range(K)]
@@ -125,7 +125,7 @@ def ref_graph(obs, mask, outcome, r):
 
 
 def ref_values(edges, mc_init, gamma, *, tol, max_iters, exact):
-    """Jacobi from the MC init with the SPEC's stopping rule, or an exact float64 solve."""
+    """Jacobi from the MC init with the stopping rule of docs/solvers.md, or an exact float64 solve."""
     states = list(edges)
     if exact:
         idx = {s: i for i, s in enumerate(states)}
@@ -161,7 +161,7 @@ def ref_values(edges, mc_init, gamma, *, tol, max_iters, exact):
 
 def ref_gated_bepo(batch_np, *, gamma, lam, w, eta_gated, norm, weighting, std, eps, min_successors,
                    gate_on, tol, max_iters, exact=False, gate_all=False):
-    """SPEC section 4 for every group; returns a dict of [B, K, T] arrays and per-group lists."""
+    """docs/estimators.md, Gated-BEPO for every group; returns a dict of [B, K, T] arrays and per-group lists."""
     obs, reward, mask, outcome, penalty = batch_np
     B, K, T = mask.shape
     res = {n: np.zeros((B, K, T)) for n in ("advantage", "value", "a_fp", "a_out", "td", "gate")}

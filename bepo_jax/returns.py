@@ -5,7 +5,7 @@
 * returns:  G_t = r_t + gamma G_{t+1}                      (x = r, d = gamma)
 * GAE:      A_t = delta_t + gamma lam A_{t+1}              (x = delta, d = gamma lam)
   (Schulman et al. 2016, "High-Dimensional Continuous Control Using GAE", eq. 16)
-* confidence returns (SPEC section 7): d_t = c_t gamma.
+* confidence returns (docs/estimators.md): d_t = c_t gamma.
 """
 
 from __future__ import annotations

@@ -33,14 +33,15 @@ def exact_segment_sum(x: Float[Array, "N"], segment_ids: Int[Array, "N"], num_se
     """Sum of ``x`` per segment, independent of the order of the entries.
 
     With M_s = the largest |x| of segment s rounded up to a power of two 2^e_s and b
-    bits per limb (b = 24 - ceil(log2 N), so a sum of N limbs of magnitude <= 2^b stays
-    an integer below 2^24, which float32 adds exactly in any order), each x is written
-    as sum_j q_j 2^(e_s - (j + 1) b) with integer q_j, using L = ceil((26 + log2 N) / b)
-    limbs; sum_i q_ij is exact, and sum_s = sum_j (sum_i q_ij) 2^(e_s - (j+1) b).
-    Truncation error <= N 2^-(L b) M_s <= 2^-26 M_s. Entries with ids outside
-    [0, num_segments) are dropped. (Written with exponent bits and multiplications by
-    powers of two, and float limb sums: ``jnp.ldexp`` and int32 ``segment_sum`` gave
-    wrong sums under ``jit(vmap)`` on XLA:CPU 0.10.2 in our tests.)
+    bits per limb (b = 24 - ceil(log2 N), so a sum of N limbs below 2^b stays an
+    integer below 2^24, which float32 adds exactly in any order), each |x| is cut into
+    L = ceil((26 + log2 N) / b) limbs q_j = floor(|x| 2^((j + 1) b - e_s)) mod 2^b by
+    integer shifts of its significand; sum_i sign_i q_ij is exact, and
+    sum_s = sum_j (sum_i sign_i q_ij) 2^(e_s - (j + 1) b). Truncation error
+    <= N 2^-(L b) M_s <= 2^-26 M_s. Entries with ids outside [0, num_segments) are
+    dropped. (Written without ``jnp.ldexp``, int32 ``segment_sum`` and float limb
+    arithmetic: under ``jit(vmap)`` on XLA:CPU 0.10.2 the first two gave wrong sums and
+    the third position-dependent ones in our tests.)
     """
     n = x.shape[0]
     log_n = max(int(n - 1).bit_length(), 1)
@@ -50,21 +51,27 @@ def exact_segment_sum(x: Float[Array, "N"], segment_ids: Int[Array, "N"], num_se
     x = jnp.where(ids_ok, x, 0.0).astype(jnp.float32)
     safe_ids = jnp.clip(segment_ids, 0, num_segments - 1)
     top = jax.ops.segment_max(jnp.abs(x), segment_ids, num_segments)
-    # e_s with top_s < 2^e_s, from the float's exponent bits (no frexp/ldexp: plain
-    # multiplications by powers of two, which are exact).
-    e = (jax.lax.bitcast_convert_type(top, jnp.int32) >> 23) - 126
-    e = jnp.clip(e, -125, 127)
-    rest = x * _pow2(-e)[safe_ids]  # in [-1, 1], exact
-    step = jnp.float32(2.0 ** b)
-    sums = []
-    for _ in range(limbs):
-        y = rest * step               # exact
-        q = jnp.round(y)              # |q| <= 2^b
-        rest = y - q                  # exact: |rest| <= 1/2
-        sums.append(jax.ops.segment_sum(q, segment_ids, num_segments))  # integers < 2^24: exact
+    # e_s with top_s < 2^e_s, from the float's exponent bits.
+    e = jnp.clip((jax.lax.bitcast_convert_type(top, jnp.int32) >> 23) - 126, -125, 127)
+    # |x| = m 2^(ex - 150) exactly (m the 24-bit significand); its limbs relative to 2^e_s
+    # come from integer shifts of m: no float rounding, so every element gives the same
+    # limbs wherever it sits (float limb arithmetic did not, in XLA:CPU's vector loops).
+    bits = jax.lax.bitcast_convert_type(x, jnp.int32)
+    ex = (bits >> 23) & 0xFF
+    m = jnp.where(ex > 0, (bits & 0x7FFFFF) | 0x800000, (bits & 0x7FFFFF))  # subnormals: no implicit bit
+    ex = jnp.maximum(ex, 1)
+    sign = jnp.where(bits < 0, -1.0, 1.0).astype(jnp.float32)
+    k = ex - 150 - e[safe_ids]  # |x| / 2^e_s = m 2^k
     total = jnp.zeros((num_segments,), jnp.float32)
-    for qs in reversed(sums):  # Horner in 2^-b: (((q_L 2^-b + q_{L-1}) 2^-b + ...) 2^-b
-        total = (total + qs) * jnp.float32(2.0 ** -b)
+    mask = jnp.int32((1 << b) - 1)
+    for j in range(limbs):  # limb j holds the bits of weight 2^(e_s - (j + 1) b) .. 2^(e_s - j b - 1)
+        shift = k + (j + 1) * b  # limb_j = floor(m 2^shift) mod 2^b
+        left = jnp.where(shift > 0, jnp.left_shift(m, jnp.clip(shift, 0, 31)), 0)
+        right = jnp.where(shift <= 0, jnp.right_shift(m, jnp.clip(-shift, 0, 31)), 0)
+        limb = jnp.where(shift >= 32 + 24, 0, jnp.where(shift > 0, left, right)) & mask
+        limb = jnp.where(-shift >= 31, 0, limb)
+        qs = jax.ops.segment_sum(sign * limb.astype(jnp.float32), segment_ids, num_segments)  # integers < 2^24: exact
+        total = total + qs * _pow2(jnp.full((), -(j + 1) * b, jnp.int32))
     return total * _pow2(e)
 
 

@@ -1,4 +1,4 @@
-"""Record -> token advantages (SPEC section 6).
+"""Record -> token advantages (docs/estimators.md, tokens and the policy loss).
 
     adv_tok[b, k, t, j] = A[b, k, t] * response_mask[b, k, t, j]
 

@@ -196,6 +196,7 @@ class Setup:
         m["episode_length"] = jnp.mean(jnp.sum(valid, axis=-1).astype(jnp.float32))
         m["env_steps"] = jnp.sum(valid)
         m["step_advantage_std"] = jnp.std(jnp.where(valid, out.advantage, 0.0))
+        m["step_advantage_abs_max"] = jnp.max(jnp.abs(jnp.where(valid, out.advantage, 0.0)))
         diag = getattr(out, "diagnostics", None)
         if diag is not None:
             m["graph/states"] = jnp.mean(diag.num_states.astype(jnp.float32))
@@ -405,9 +406,29 @@ def train(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bo
         if rows:
             plot_curve(rows, out / "curve.png", title=f"{cfg.env} / {cfg.estimator} (seed {cfg.seed})")
     pick = lambda row, p: {k[len(p):]: v for k, v in row.items() if k.startswith(p)}
-    return {"initial": pick(rows[0], "eval/"), "final": pick(rows[-1], "eval/"),
-            "initial_train": pick(rows[0], "eval_train/"), "final_train": pick(rows[-1], "eval_train/"),
-            "iterations": cfg.iterations, "out": str(out)}
+    res = {"initial": pick(rows[0], "eval/"), "final": pick(rows[-1], "eval/"),
+           "initial_train": pick(rows[0], "eval_train/"), "final_train": pick(rows[-1], "eval_train/"),
+           "iterations": cfg.iterations, "out": str(out)}
+    _atomic_write(out / "summary.json", json.dumps(run_summary(cfg, rows, res), indent=2))
+    return res
+
+
+def run_summary(cfg: RunConfig, rows: list[dict], res: dict, window: int = 10) -> dict:
+    """What a finished run reports (``summary.json``): success before/after on held-out and
+    training tasks with the paired change and its 95% t-interval over tasks, the trailing
+    training success at the start and the end, and the time per iteration."""
+    out = {"config": cfg.to_dict(), "iterations": cfg.iterations, "window": window}
+    for name, i, f in (("held_out", res["initial"], res["final"]), ("train", res["initial_train"], res["final_train"])):
+        d, h = paired_change(i, f)
+        out[name] = {"tasks": f["tasks"], "before": i["success_rate"], "after": f["success_rate"],
+                     "paired_change": d, "paired_ci95": h, "interval_includes_zero": bool(abs(d) <= h)}
+    it_rows = [r for r in rows if r["iteration"] > 0 and "success_rate" in r and "step_time" in r]
+    if it_rows:
+        trail = trailing_mean([r["success_rate"] for r in it_rows], window)
+        times = sorted(r["step_time"] for r in it_rows[1:] or it_rows)  # the first iteration compiles
+        out.update(trailing_success_first=float(trail[min(window, len(trail)) - 1]),
+                   trailing_success_last=float(trail[-1]), seconds_per_iteration=float(times[len(times) // 2]))
+    return out
 
 
 def _evaluations(setup: Setup, state: TrainState, seed: int) -> dict:

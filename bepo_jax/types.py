@@ -1,4 +1,4 @@
-"""The data model (SPEC section 1): ``StepBatch``, outcome codes, estimator outputs,
+"""The data model (docs/data-model.md): ``StepBatch``, outcome codes, estimator outputs,
 and host-side validation that turns bad input into a ``ValueError`` naming the field
 and the fix.
 
@@ -38,7 +38,7 @@ def _pytree(cls):
 
 @_pytree
 class StepBatch:
-    """B groups x K trajectories x T padded steps (SPEC section 1).
+    """B groups x K trajectories x T padded steps (docs/data-model.md).
 
     Attributes:
       obs_key: uint32 [B, K, T, 2] — 64-bit content hash of the observation *before*
@@ -74,7 +74,7 @@ def _is_tracer(x: Any) -> bool:
 
 def _as_array(name: str, x: Any):
     if x is None:
-        raise ValueError(f"StepBatch.{name} is None; pass an array (see SPEC section 1).")
+        raise ValueError(f"StepBatch.{name} is None; pass an array (see docs/data-model.md).")
     if isinstance(x, (jax.Array, np.ndarray)) or _is_tracer(x):
         return x
     try:
@@ -323,13 +323,13 @@ class GiGPOOutput:
 
 @_pytree
 class GatedBEPOOutput:
-    """Gated-BEPO output (SPEC section 4).
+    """Gated-BEPO output (docs/estimators.md, Gated-BEPO).
 
     advantage: A_i = eta_i A_out_i + w rho(s_i) A_FP_i / scale  [B, K, T]
     value:     V(s_i), the fixed-point value of the record's source state  [B, K, T]
     gate:      rho(s_i) (bool)  [B, K, T]
     a_fp:      the GAE of the TD residuals, before the mean_std scale  [B, K, T]
-    a_out:     the outcome advantage (SPEC section 2)  [B, K, T]
+    a_out:     the outcome advantage (docs/estimators.md, outcome advantage)  [B, K, T]
     td:        delta_i = r_i + gamma V(s'_i) - V(s_i)  [B, K, T]
     fp_scale:  the divisor applied to a_fp (std of gated a_fp + eps; 1 for norm="mean")  [B]
     iterations: Jacobi sweeps used per group  [B]
@@ -364,7 +364,7 @@ class GraphGPOOutput:
 
 @_pytree
 class ConfidenceOutput:
-    """Confidence-discounted returns (SPEC section 7): ``advantage`` = R_t - V(s_t)."""
+    """Confidence-discounted returns (docs/estimators.md): ``advantage`` = R_t - V(s_t)."""
 
     advantage: PerRecord
     returns: PerRecord

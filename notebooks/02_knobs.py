@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -16,20 +18,26 @@
 #
 # # Knobs: how lam, w, eta_gated, gamma and the history-aware key move the credit
 #
-# Same groups as the explorer; one knob at a time, everything else at the SPEC
+# Same groups as the explorer; one knob at a time, everything else at the documented
 # defaults. Sliders where `ipywidgets` is available, plain plots otherwise. At the end:
 # how fast the mean-backup fixed point converges.
 
 # %%
-# Set-up (CPU, GPU or TPU runtime): installs bepo_jax with the matching JAX wheels when
-# it is missing (Colab); a local checkout with `make test` already has it.
+# Set-up (CPU, GPU or TPU runtime). A local checkout with `make test` already has bepo_jax.
+# Elsewhere (Colab) set BEPO_JAX_SOURCE to your copy of this repository first: a pip
+# requirement such as "git+https://github.com/<you>/bepo_jax", or a folder you uploaded,
+# e.g. run `%env BEPO_JAX_SOURCE=/content/bepo_jax` in a cell above this one.
 import importlib.util, os, shutil, subprocess, sys
 
 if importlib.util.find_spec("bepo_jax") is None:
+    source = os.environ.get("BEPO_JAX_SOURCE")
+    if not source:
+        raise RuntimeError("bepo_jax is not installed here: set BEPO_JAX_SOURCE to your copy of the repository "
+                           "(a git+https URL of your fork or an uploaded folder), then run this cell again.")
     extra = "tpu" if os.environ.get("COLAB_TPU_ADDR") or os.path.exists("/dev/accel0") else (
         "cuda" if shutil.which("nvidia-smi") else "notebooks")
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q",
-                           f"bepo-jax[notebooks,{extra}] @ git+https://github.com/bepo-jax/bepo_jax"])
+    spec = f"bepo-jax[notebooks,{extra}] @ {source}" if "://" in source else f"{source}[notebooks,{extra}]"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", spec])
 import jax
 import matplotlib.pyplot as plt
 import bepo_jax as bj

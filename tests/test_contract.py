@@ -80,7 +80,8 @@ def test_a_call_does_not_depend_on_earlier_calls():
 
 
 def test_state_bucket_rule_and_max_states_for():
-    assert [state_bucket(n, 400) for n in (1, 32, 33, 200, 256, 257)] == [32, 32, 64, 256, 256, 0]
+    assert [state_bucket(n, 400) for n in (1, 32, 33, 64, 65, 200)] == [32, 32, 64, 64, 0, 0]
+    assert state_bucket(40, 50) == 50  # a bucket never exceeds K T
     assert state_bucket(20, 24) == 24 and state_bucket(24, 24) == 24
     assert bj.max_states_for(_branching(num_steps=50)) == 32
     keys = np.arange(8 * 50 * 2, dtype=np.uint32).reshape(1, 8, 50, 2)

@@ -71,16 +71,40 @@ def _tiny(env, **kw):
                      max_steps=3, **kw)
 
 
+def test_the_advantage_drives_the_update(tmp_path):
+    """With the entropy bonus off, zero advantages leave the parameters exactly where they
+    were and nonzero ones move them (so "parameters moved" below is evidence of credit)."""
+    from bepo_jax.rl.train_step import UpdateBatch
+
+    setup = Setup(_tiny("sokoban", entropy_coef=0.0), cache_dir=tmp_path / "games")
+    state = setup.trainer.init_state()
+    tasks = jax.tree_util.tree_map(jnp.asarray, setup.train_tasks)
+    ro = jax.jit(setup.rollout)(state.params, tasks, jax.random.PRNGKey(3))
+    L = ro.tokens.shape[-1]
+    flat = lambda x: x.reshape(-1, L)
+    rng = np.random.default_rng(0)
+    adv = np.where(np.asarray(ro.response_mask), rng.normal(size=ro.response_mask.shape), 0.0).astype(np.float32)
+    update = jax.jit(setup.trainer.update_fn)
+    moved = {}
+    for name, a in (("zero", np.zeros_like(adv)), ("credit", adv)):
+        new, m = update(state, UpdateBatch(flat(ro.tokens), flat(ro.mask), flat(ro.response_mask), flat(ro.old_logp),
+                                           flat(jnp.asarray(a))))
+        diff = jax.tree_util.tree_map(lambda x, y: float(np.abs(np.asarray(x) - np.asarray(y)).max()),
+                                      state.params, new.params)
+        moved[name] = max(jax.tree_util.tree_leaves(diff))
+    assert moved["zero"] == 0.0 and moved["credit"] > 1e-4
+
+
 @pytest.mark.parametrize("env", ["sokoban", "maze", "textworld"])
 def test_end_to_end_rollout_advantages_update(env, tmp_path):
     """Each environment through rollout, Gated-BEPO advantages and one update."""
-    setup = Setup(_tiny(env, entropy_coef=0.01), cache_dir=tmp_path / "games")  # moves even without credit
+    setup = Setup(_tiny(env), cache_dir=tmp_path / "games")
     state = setup.trainer.init_state()
     before = jax.tree_util.tree_map(np.asarray, state.params)
     state, m = setup.iterate(state, 1)
     after = jax.tree_util.tree_map(np.asarray, state.params)
     changed = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda a, b: bool(np.any(a != b)), before, after))
-    assert any(changed), "the update moved the parameters"
+    assert any(changed) == (m["step_advantage_abs_max"] > 0), "parameters move iff there is credit (entropy off)"
     assert all(np.isfinite(v) for v in m.values())
     assert m["env_steps"] > 0 and 0.0 <= m["success_rate"] <= 1.0
     assert m["invalid_rate"] == 0.0  # constrained decoding: every response is a valid action

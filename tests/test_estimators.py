@@ -1,5 +1,5 @@
 """GRPO, GiGPO and Gated-BEPO against the plain-loop references, for every config
-combination the SPEC lists, plus the SPEC's test vectors and properties."""
+combination docs/estimators.md lists, plus its test vectors and properties."""
 
 import itertools
 
@@ -24,7 +24,7 @@ gammas = st.sampled_from([0.0, 0.5, 0.9, 0.95, 1.0])
 unit = st.sampled_from([0.0, 0.3, 0.5, 0.95, 1.0])
 
 
-# ------------------------------------------------------------------ SPEC test vectors
+# ------------------------------------------------------------------ test vectors (docs/estimators.md)
 
 
 def test_gigpo_vector_returns():

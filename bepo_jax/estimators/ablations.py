@@ -1,4 +1,4 @@
-"""GAGPO and the Gated-BEPO ablations (SPEC section 5), all on the Gated-BEPO kernel.
+"""GAGPO and the Gated-BEPO ablations (docs/estimators.md), all on the Gated-BEPO kernel.
 
 | name            | change to Gated-BEPO                                                  |
 |-----------------|-----------------------------------------------------------------------|
@@ -9,7 +9,7 @@
 |                 | (A_FP in reward units; ``fp_scale="std"`` rescales it)                  |
 
 GAGPO (Zhu et al. 2026) builds a group return proxy and propagates it with TD/GAE;
-SPEC section 5 fixes its proxy as the per-state mean of the Monte-Carlo returns.
+docs/estimators.md fixes its proxy as the per-state mean of the Monte-Carlo returns.
 """
 
 from __future__ import annotations
@@ -99,5 +99,5 @@ _gagpo_jit = jax.jit(gagpo_kernel)
 
 
 def gagpo(batch: StepBatch, config: GAGPOConfig = GAGPOConfig(), *, check: bool = True) -> GatedBEPOOutput:
-    """GAGPO: A = A_out + w GAE(delta) with V = per-state MC means (SPEC section 5)."""
+    """GAGPO: A = A_out + w GAE(delta) with V = per-state MC means (docs/estimators.md)."""
     return entry_point(_gagpo_jit, batch, config, GAGPOConfig, check=check)

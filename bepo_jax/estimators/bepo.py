@@ -1,4 +1,4 @@
-"""Gated-BEPO: confidence-gated Bellman credit assignment (arXiv 2608.06861; SPEC section 4).
+"""Gated-BEPO: confidence-gated Bellman credit assignment (arXiv 2608.06861; docs/estimators.md, Gated-BEPO).
 
 Per group, with edge reward r_i = reward_i + penalty_i:
 
@@ -38,10 +38,10 @@ FP_SCALE_NOISE = 16.0
 
 @pytree_config(static=("norm", "weighting", "std", "gate_on", "solver", "history", "max_states"))
 class GatedBEPOConfig:
-    """Gated-BEPO settings (SPEC section 4 defaults).
+    """Gated-BEPO settings (defaults: docs/estimators.md).
 
     gamma: discount in [0, 1] (0.95).
-    lam: GAE lambda in [0, 1] (0.5) [reconstructed; the SPEC's prototype favoured 0.5 over 0.95].
+    lam: GAE lambda in [0, 1] (0.5) [reconstructed; docs/open-choices.md].
     w: weight of the fixed-point credit at gated states (1.0).
     eta_gated: weight kept by the outcome credit at gated states (0.5) [reconstructed].
     norm: "mean_std" (default) or "mean"; the outcome term's norm and whether A_FP is
@@ -63,7 +63,7 @@ class GatedBEPOConfig:
       them whenever they report converged.
     max_states: static state bucket S of the dense/direct solvers. 0 (default) is
       automatic and a pure function of the batch, inside or outside your jit: the
-      smallest of 32/64/128/256 that holds the largest group (sparse above 256). An
+      smallest of 32/64 that holds the largest group (sparse above 64). An
       explicit S that a group outgrows sends the batch to the sparse solver
       (``diagnostics.overflow`` and a printed warning), never a truncated graph.
     history: merge states on the last ``history`` + 1 observations instead of the
@@ -161,5 +161,5 @@ _gated_bepo_jit = jax.jit(gated_bepo_kernel)
 
 
 def gated_bepo(batch: StepBatch, config: GatedBEPOConfig = GatedBEPOConfig(), *, check: bool = True) -> GatedBEPOOutput:
-    """Gated-BEPO advantage (SPEC section 4); see ``GatedBEPOOutput`` for the fields."""
+    """Gated-BEPO advantage (docs/estimators.md, Gated-BEPO); see ``GatedBEPOOutput`` for the fields."""
     return entry_point(_gated_bepo_jit, batch, config, GatedBEPOConfig, check=check)

@@ -1,4 +1,4 @@
-"""Confidence-discounted returns (SPEC section 7; the seed-2 variant). Never the default.
+"""Confidence-discounted returns (docs/estimators.md; a blog reading of the paper). Never the default.
 
     R_t = r_t + c_t gamma R_{t+1},     A_t = R_t - V(s_t)
 
@@ -97,7 +97,7 @@ _confidence_jit = jax.jit(confidence_returns_kernel)
 
 def confidence_returns(batch: StepBatch, config: ConfidenceConfig = ConfidenceConfig(),
                        confidence: Float[Array, "B K T"] | None = None, *, check: bool = True) -> ConfidenceOutput:
-    """Confidence-discounted returns minus the fixed-point baseline (SPEC section 7).
+    """Confidence-discounted returns minus the fixed-point baseline (docs/estimators.md).
 
     Batch and config checks, and the automatic state bucket, are ``entry_point``'s."""
     if isinstance(config, ConfidenceConfig) and config.confidence == "given":

@@ -1,8 +1,8 @@
-"""GiGPO: group-in-group advantage (Feng et al., arXiv 2505.10978; SPEC section 3).
+"""GiGPO: group-in-group advantage (Feng et al., arXiv 2505.10978; docs/estimators.md, GiGPO).
 
     A_i = A^E_i + omega * A^S_i
 
-A^E is the outcome advantage of SPEC section 2 (``grpo.outcome_advantage``). The step
+A^E is the outcome advantage of docs/estimators.md, outcome advantage (``grpo.outcome_advantage``). The step
 term compares records that share an anchor state (equal ``obs_key`` within a group):
 with step return  y_i = G_i + penalty_i  (G_i = sum_l gamma^l reward_{t+l}; the penalty
 is not propagated back),
@@ -99,5 +99,5 @@ _gigpo_jit = jax.jit(gigpo_kernel)
 
 
 def gigpo(batch: StepBatch, config: GiGPOConfig = GiGPOConfig(), *, check: bool = True) -> GiGPOOutput:
-    """GiGPO advantage (SPEC section 3); ``.advantage`` float32 [B, K, T]."""
+    """GiGPO advantage (docs/estimators.md, GiGPO); ``.advantage`` float32 [B, K, T]."""
     return entry_point(_gigpo_jit, batch, config, GiGPOConfig, check=check)

@@ -1,4 +1,4 @@
-"""GraphGPO: graph-distance step credit (Cheng et al. 2026; SPEC section 5).
+"""GraphGPO: graph-distance step credit (Cheng et al. 2026; docs/estimators.md).
 
 Per group, over the state graph with a SUCCESS sink:
 
@@ -10,7 +10,7 @@ every node gets d = 1 (so the graph term is 0). Each record's step return is
     y_i = scale * omega_g ** d(s'_i)          (scale = 10, omega_g = 0.2)
 
 normalised within equal-observation step groups exactly as GiGPO's A^S (singletons 0),
-and A = beta_G A^G + beta_E A^E with A^E the outcome advantage of SPEC section 2.
+and A = beta_G A^G + beta_E A^E with A^E the outcome advantage of docs/estimators.md, outcome advantage.
 The shortest paths come from Bellman-Ford sweeps d <- min(d, 1 + min_{edges} d(s'))
 in a ``lax.while_loop`` that stops when nothing changes (at most S + 1 sweeps).
 """
@@ -119,5 +119,5 @@ _graphgpo_jit = jax.jit(graphgpo_kernel)
 
 
 def graphgpo(batch: StepBatch, config: GraphGPOConfig = GraphGPOConfig(), *, check: bool = True) -> GraphGPOOutput:
-    """GraphGPO advantage (SPEC section 5); ``.advantage`` float32 [B, K, T]."""
+    """GraphGPO advantage (docs/estimators.md); ``.advantage`` float32 [B, K, T]."""
     return entry_point(_graphgpo_jit, batch, config, GraphGPOConfig, check=check)

@@ -96,7 +96,7 @@ _grpo_jit = jax.jit(grpo_kernel)
 
 
 def grpo(batch: StepBatch, config: GRPOConfig = GRPOConfig(), *, check: bool = True) -> GRPOOutput:
-    """Group-relative outcome advantage (SPEC section 2); ``.advantage`` float32 [B, K, T].
+    """Group-relative outcome advantage (docs/estimators.md, outcome advantage); ``.advantage`` float32 [B, K, T].
 
     ``check=False`` skips the value checks (prefix masks, finiteness, outcome codes),
     which read the arrays back to the host; shapes and dtypes are always checked.

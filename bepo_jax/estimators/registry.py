@@ -47,7 +47,7 @@ _ENTRIES = [
     Estimator("bepo_additive", bepo_additive, bepo_additive_kernel, GatedBEPOConfig,
               "Gated-BEPO with eta_gated = 1", "ablation, arXiv 2608.06861", True),
     Estimator("confidence_returns", confidence_returns, confidence_returns_kernel, ConfidenceConfig,
-              "R_t = r_t + c_t gamma R_{t+1} minus the fixed-point value", "seed 2 (SPEC section 7)", True),
+              "R_t = r_t + c_t gamma R_{t+1} minus the fixed-point value", "a blog reading of the paper (docs/estimators.md)", True),
 ]
 
 ESTIMATORS: Mapping[str, Estimator] = {e.name: e for e in _ENTRIES}

@@ -9,7 +9,7 @@ row in the original order.
 
 Statistics match verl-agent's on the same rows: the StepBatch's "step" weighting is
 its occurrence weighting (a trajectory of L rows counts L times in the episode-level
-mean/std), std is unbiased, and the singleton rules are those of SPEC sections 2-3.
+mean/std), std is unbiased, and the singleton rules are those of docs/estimators.md.
 """
 
 from __future__ import annotations

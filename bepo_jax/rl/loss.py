@@ -1,4 +1,4 @@
-"""Token-level PPO loss (SPEC section 6).
+"""Token-level PPO loss (docs/estimators.md, tokens and the policy loss).
 
 With token log-ratio rho_j = exp(log pi(a_j) - log pi_old(a_j)) and the step's advantage
 A_j broadcast to its response tokens:
@@ -30,7 +30,7 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 class PPOLossConfig:
     """clip_low / clip_high: the ratio clip range [1 - clip_low, 1 + clip_high] (0.2 / 0.2).
     dual_clip: c > 1 bounds the loss of negative-advantage tokens by -A c (None: off).
-    kl_coef: weight of the k3 KL to the reference policy (0: off; SPEC suggests 0.01).
+    kl_coef: weight of the k3 KL to the reference policy (0: off; 0.01 is the usual value).
     entropy_coef: entropy bonus (0: off). aggregation: "token-mean" or "seq-mean-token-mean"."""
 
     clip_low: float = 0.2

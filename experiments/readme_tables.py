@@ -1,0 +1,150 @@
+"""Render the README's result tables from the results files they cite.
+
+Every table in README.md between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->``
+is generated here from a file under experiments/results/, so a README figure always
+equals its file. ``tests/test_readme_tables.py`` fails when they drift.
+
+    python experiments/readme_tables.py          # rewrite the tables in README.md
+    python experiments/readme_tables.py --check  # exit 1 if README.md differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+
+
+def _load(rel: str) -> dict:
+    return json.loads((RESULTS / rel).read_text())
+
+
+def _ci(pair) -> str:
+    mean, half = pair
+    return f"{mean:.3f} +- {half:.3f}"
+
+
+def main_job() -> str:
+    s = _load("main_job.json")
+    lines = ["| tasks | before | after | paired change, 95% t-interval over tasks | interval includes 0 |",
+             "|---|---:|---:|---:|---|"]
+    for key, label in (("held_out", "held-out"), ("train", "training")):
+        r = s[key]
+        lines.append(f"| {r['tasks']} {label} tasks | {r['before']:.3f} | {r['after']:.3f} | "
+                     f"{r['paired_change']:+.3f} +- {r['paired_ci95']:.3f} | {'yes' if r['interval_includes_zero'] else 'no'} |")
+    lines.append("")
+    lines.append(f"{s['iterations']} iterations, {s['seconds_per_iteration']:.1f} s per iteration (median); trailing "
+                 f"mean ({s['window']} iterations) of the training success {s['trailing_success_first']:.2f} after the "
+                 f"first {s['window']} iterations, {s['trailing_success_last']:.2f} at the end "
+                 "(`experiments/results/main_job.json`).")
+    return "\n".join(lines)
+
+
+def compare_sokoban() -> str:
+    c = _load("compare_sokoban/compare.json")
+    thr = c["threshold"]
+    lines = ["| estimator | training-level success before | after | held-out before | after | "
+             f"iterations to {thr} (trailing mean), mean over the seeds that reached it | seeds that reached it |",
+             "|---|---|---|---|---|---|---|"]
+    for name, r in c["summary"].items():
+        reached = f"{r['reached']}/{r['runs']}"
+        it = _ci(r["iterations_to_threshold"]) if r["reached"] else "never reached"
+        lines.append(f"| {name} | {_ci(r['initial_train_success'])} | {_ci(r['final_train_success'])} | "
+                     f"{_ci(r['initial_success'])} | {_ci(r['final_success'])} | {it} | {reached} |")
+    return "\n".join(lines)
+
+
+def env_loop() -> str:
+    d = _load("bench_env_loop.json")
+    lines = ["| policy | groups x K | jitted steps/s | host-loop steps/s | jitted / host |", "|---|---|---|---|---|"]
+    for r in d["rows"]:
+        k = r["episodes"] // r["groups"]
+        lines.append(f"| {r['policy']} | {r['groups']} x {k} | {r['jitted_steps_per_s']:,.0f} | "
+                     f"{r['host_steps_per_s']:,.0f} | {r['speedup']:.1f}x |")
+    return "\n".join(lines)
+
+
+def kernel_speed() -> str:
+    d = _load("bench_advantages.json")
+    rows = [r for r in d["rows"] if "jax_ms" in r]
+    sizes = sorted({r["groups"] for r in rows})
+    lo, hi = sizes[0], sizes[-1]
+
+    def get(variant, groups):
+        return next(r for r in rows if r["variant"] == variant and r["groups"] == groups)
+
+    head = "gated_bepo default (host entry)"
+    a, b = get(head, lo), get(head, hi)
+    lines = [f"| | {lo} groups ({a['records'] / 1e3:.1f}k records) | {hi} groups ({b['records'] / 1e6:.2f}M records) |",
+             "|---|---:|---:|"]
+    sp = f" ({a['speedup']:.0f}x the plain-Python loops, same run)" if "speedup" in a else ""
+    lines.append(f"| Gated-BEPO, public function, default config | {a['jax_ms']:.2f} ms{sp} | "
+                 f"{b['jax_ms']:.0f} ms, {b['records_per_s'] / 1e6:.1f}M records/s |")
+    lines.append(f"| time per record | {a['us_per_record']:.2f} us | {b['us_per_record']:.2f} us |")
+    h = d["headline"]
+    lines.append(f"| max/min time per record over {len(h['us_per_record'])} sizes | | {h['max_over_min_us_per_record']:.2f} |")
+    lines.append(f"| XLA peak-memory estimate | {a['peak_bytes'] / 2**20:.1f} MB | {b['peak_bytes'] / 2**20:.0f} MB |")
+    for v in ("grpo", "gigpo", "graphgpo", "gagpo"):
+        x, y = get(v, lo), get(v, hi)
+        lines.append(f"| {v} | {x['jax_ms']:.2f} ms | {y['jax_ms']:.0f} ms |")
+    dense = [r for r in rows if r["variant"] == "gated_bepo dense S=N"]
+    if dense:
+        per = [r["us_per_record"] for r in dense]
+        lines.append("")
+        lines.append(f"Without a bucket (dense on all K T = {d['k'] * d['t']} slots) Gated-BEPO costs "
+                     f"{min(per):.1f}-{max(per):.1f} us/record up to {max(r['groups'] for r in dense)} groups; "
+                     f"the automatic bucket is what keeps it linear.")
+    return "\n".join(lines)
+
+
+def precision() -> str:
+    d = _load("bench_advantages.json")
+    lines = ["| sums | records | segments | ms | max rel. error of sigma vs float64 | same bits after a row permutation |",
+             "|---|---:|---:|---:|---:|---|"]
+    for r in d.get("precision", []):
+        lines.append(f"| {r['method']} | {r['records']} | {r['segments']} | {r['ms']:.2f} | "
+                     f"{r['max_rel_err_sigma']:.1e} | {'yes' if r['order_independent'] else 'no'} |")
+    return "\n".join(lines)
+
+
+TABLES = {"main_job": main_job, "compare_sokoban": compare_sokoban, "env_loop": env_loop,
+          "kernel_speed": kernel_speed, "precision": precision}
+
+
+def render(text: str) -> str:
+    """``text`` with every marked table regenerated; unknown or unclosed markers raise."""
+    def sub(m):
+        name = m.group(1)
+        if name not in TABLES:
+            raise ValueError(f"README names an unknown table {name!r}; known: {', '.join(TABLES)}")
+        return f"<!-- table:{name} -->\n{TABLES[name]()}\n<!-- /table:{name} -->"
+
+    out, n = re.subn(r"<!-- table:(\w+) -->\n.*?<!-- /table:\1 -->", sub, text, flags=re.S)
+    if text.count("<!-- table:") != n:
+        raise ValueError("README has a table marker without its closing <!-- /table:NAME -->")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="exit 1 if README.md differs from the rendered tables")
+    args = p.parse_args(argv)
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    new = render(text)
+    if args.check:
+        if new != text:
+            print("README.md tables differ from experiments/results; run python experiments/readme_tables.py")
+            return 1
+        return 0
+    readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
