@@ -24,9 +24,9 @@ def _load(rel: str) -> dict:
     return json.loads((RESULTS / rel).read_text())
 
 
-def _ci(pair) -> str:
+def _ci(pair, digits: int = 3) -> str:
     mean, half = pair
-    return f"{mean:.3f} +- {half:.3f}"
+    return f"{mean:.{digits}f} +- {half:.{digits}f}"
 
 
 def main_job() -> str:
@@ -53,7 +53,7 @@ def compare_sokoban() -> str:
              "|---|---|---|---|---|---|---|"]
     for name, r in c["summary"].items():
         reached = f"{r['reached']}/{r['runs']}"
-        it = _ci(r["iterations_to_threshold"]) if r["reached"] else "never reached"
+        it = _ci(r["iterations_to_threshold"], 1) if r["reached"] else "never reached"
         lines.append(f"| {name} | {_ci(r['initial_train_success'])} | {_ci(r['final_train_success'])} | "
                      f"{_ci(r['initial_success'])} | {_ci(r['final_success'])} | {it} | {reached} |")
     return "\n".join(lines)
