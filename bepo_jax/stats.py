@@ -25,6 +25,19 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 STD_DDOF = {"unbiased": 1, "population": 0}
+
+
+def _segment(op: str, x, segment_ids, num_segments: int):
+    """``jax.ops.segment_{sum,max,min}``; with one segment a masked reduction instead (no
+    scatter: XLA:CPU 0.10.2 miscompiled a one-segment scatter with ids shared across a
+    vmapped batch in our tests). Ids outside [0, num_segments) are dropped either way."""
+    if num_segments == 1:
+        fill = {"sum": 0, "max": -jnp.inf, "min": jnp.inf}[op]
+        inside = segment_ids == 0
+        reduce = {"sum": jnp.sum, "max": jnp.max, "min": jnp.min}[op]
+        return reduce(jnp.where(inside, x, jnp.asarray(fill, x.dtype)), keepdims=True).reshape(1)
+    return {"sum": jax.ops.segment_sum, "max": jax.ops.segment_max, "min": jax.ops.segment_min}[op](
+        x, segment_ids, num_segments)
 _MANTISSA = 26  # bits of precision kept below each segment's largest magnitude (float32 has 24)
 _EXACT_BITS = 24  # float32 holds every integer below 2^24 exactly
 
@@ -50,7 +63,7 @@ def exact_segment_sum(x: Float[Array, "N"], segment_ids: Int[Array, "N"], num_se
     ids_ok = (segment_ids >= 0) & (segment_ids < num_segments)
     x = jnp.where(ids_ok, x, 0.0).astype(jnp.float32)
     safe_ids = jnp.clip(segment_ids, 0, num_segments - 1)
-    top = jax.ops.segment_max(jnp.abs(x), segment_ids, num_segments)
+    top = _segment("max", jnp.abs(x), segment_ids, num_segments)
     # e_s with top_s < 2^e_s, from the float's exponent bits.
     e = jnp.clip((jax.lax.bitcast_convert_type(top, jnp.int32) >> 23) - 126, -125, 127)
     # |x| = m 2^(ex - 150) exactly (m the 24-bit significand); its limbs relative to 2^e_s
@@ -70,7 +83,7 @@ def exact_segment_sum(x: Float[Array, "N"], segment_ids: Int[Array, "N"], num_se
         right = jnp.where(shift <= 0, jnp.right_shift(m, jnp.clip(-shift, 0, 31)), 0)
         limb = jnp.where(shift >= 32 + 24, 0, jnp.where(shift > 0, left, right)) & mask
         limb = jnp.where(-shift >= 31, 0, limb)
-        qs = jax.ops.segment_sum(sign * limb.astype(jnp.float32), segment_ids, num_segments)  # integers < 2^24: exact
+        qs = _segment("sum", sign * limb.astype(jnp.float32), segment_ids, num_segments)  # integers < 2^24: exact
         total = total + qs * _pow2(jnp.full((), -(j + 1) * b, jnp.int32))
     return total * _pow2(e)
 
@@ -106,12 +119,12 @@ def segment_moments(
     Invalid entries (and ids outside [0, num_segments)) contribute nothing.
     """
     w = valid.astype(x.dtype)
-    count = jax.ops.segment_sum(w, segment_ids, num_segments)  # integers: exact in any order
+    count = _segment("sum", w, segment_ids, num_segments)  # integers: exact in any order
     safe = jnp.maximum(count, 1.0)
     safe_ids = jnp.clip(segment_ids, 0, num_segments - 1)
     # Shifted data: subtract a member of each segment (its max) before summing, so a
     # segment of equal values has mean exactly that value and deviations exactly 0.
-    shift = jax.ops.segment_max(jnp.where(valid, x, -jnp.inf), segment_ids, num_segments)
+    shift = _segment("max", jnp.where(valid, x, -jnp.inf), segment_ids, num_segments)
     shift = jnp.where(count > 0, shift, 0.0)
     d = jnp.where(valid, x - shift[safe_ids], 0.0)
     mean_d = exact_segment_sum(d, segment_ids, num_segments) / safe
@@ -123,7 +136,7 @@ def segment_moments(
     # max == min, which no rounding can disturb: XLA contracts ``a * b - mean`` into a
     # fused multiply-add on the unrounded product (10 * 0.2 - 2.0 -> 3e-8), and
     # / (0 + eps) would blow that up.
-    low = jax.ops.segment_min(jnp.where(valid, x, jnp.inf), segment_ids, num_segments)
+    low = _segment("min", jnp.where(valid, x, jnp.inf), segment_ids, num_segments)
     constant = shift == low
     dev = jnp.where(constant[safe_ids], 0.0, dev)
     return Moments(count, mean, jnp.where(constant, 0.0, jnp.sqrt(var)), dev)

@@ -14,7 +14,7 @@ settings.register_profile(
     derandomize=False,
     print_blob=True,
 )
-# CI (.ci/run sets CI=1): more examples per property. Shapes and config structures are
+# CI (.ci/run sets CI=1): more examples per property (25 against 15). Shapes and config structures are
 # fixed per test, so the extra examples reuse the compiled kernels and cost little.
-settings.register_profile("ci", parent=settings.get_profile("default"), max_examples=40, derandomize=True)
+settings.register_profile("ci", parent=settings.get_profile("default"), max_examples=25, derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")

@@ -91,7 +91,7 @@ def entry_point(kernel_jit: Callable, batch: StepBatch, config: Any, config_type
         )
     batch = check_batch(batch, values=check)
     out = kernel_jit(batch, config, *extra)
-    if getattr(config, "max_states", 0):
+    if getattr(config, "max_states", 0) and not isinstance(batch.mask, jax.core.Tracer):
         jax.effects_barrier()
     return out
 
