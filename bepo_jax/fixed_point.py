@@ -42,8 +42,9 @@ State buckets S (the static size of the dense and direct solvers' [S, S] matrice
     outside a user's jit alike); batches whose largest group has more than
     AUTO_BUCKETS[-1] states run the bucket-free sparse solver. ``state_bucket(n)``
     is the same rule on the host. (XLA:CPU reserves the temporary memory of every
-    branch: with 128/256-state branches the peak was 1.6 kB per record at 8 x 50,
-    12x the 32/64 buckets'; above 64 states the sparse solver is also the faster.)
+    branch: with 128/256-state branches the peak was ~1.6 kB per record at 8 x 50,
+    10x the 32/64 buckets'; we did not measure dense at 128/256 against sparse, but
+    dense over all 400 slots of an 8 x 50 group measured 4-17x slower than sparse.)
   * ``max_states = S > 0`` — that bucket. If a group has more states than S
     (``overflow``), the whole batch is evaluated by the sparse solver instead
     (``lax.cond``, no cost when nothing overflows) and a debug warning is printed —
