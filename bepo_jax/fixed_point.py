@@ -131,9 +131,7 @@ def _sparse_sweep(graph: GroupGraph, r, gamma):
     return sweep
 
 
-def _dense_sweep(graph: GroupGraph, r, gamma, size):
-    p = transition_matrix(graph, size)
-    rbar = _mean_reward(graph, r, size)
+def _dense_sweep(p: Float[Array, "S S"], rbar: Float[Array, "S"], gamma):
     return lambda v: rbar + gamma * jnp.matmul(p, v, precision=_HI)
 
 
@@ -167,12 +165,13 @@ def bellman_fixed_point(
     tol = jnp.maximum(tol, TOL_FLOOR)
     if solver == "sparse":
         sweep = _sparse_sweep(graph, r, gamma)
-    else:
-        sweep = _dense_sweep(graph, r, gamma, size)
+    else:  # dense and direct: one [S, S] matrix serves the sweep, the solve and its check
+        p, rbar = transition_matrix(graph, size), _mean_reward(graph, r, size)
+        sweep = _dense_sweep(p, rbar, gamma)
         v0 = v0[:size]
     done0 = _small_step(sweep(v0), v0, tol)
     if solver == "solve":
-        fp = _direct_solve(graph, r, gamma, tol, size)
+        fp = _direct_solve(p, rbar, gamma, sweep, tol)
         start = max_iters <= 0  # no iterations allowed: the Monte-Carlo initialisation
         return FixedPoint(_pad(jnp.where(start, v0, fp.value), n), jnp.where(start, 0, fp.iterations),
                           jnp.where(start, done0, fp.converged))
@@ -239,13 +238,10 @@ def bellman_fixed_point_batched(graphs: GroupGraph, r, v0, gamma, *, tol, max_it
     return jax.lax.cond(jnp.any(overflow), fallback, lambda: run(solver, size)), overflow
 
 
-def _direct_solve(graph: GroupGraph, r, gamma, tol, size) -> FixedPoint:
-    p = transition_matrix(graph, size)
-    rbar = _mean_reward(graph, r, size)
-    a = jnp.eye(size, dtype=jnp.float32) - gamma * p
+def _direct_solve(p: Float[Array, "S S"], rbar: Float[Array, "S"], gamma, sweep, tol) -> FixedPoint:
+    a = jnp.eye(p.shape[0], dtype=jnp.float32) - gamma * p
     lu = jax.scipy.linalg.lu_factor(a)
     v = jax.scipy.linalg.lu_solve(lu, rbar)
     v = v + jax.scipy.linalg.lu_solve(lu, rbar - jnp.matmul(a, v, precision=_HI))  # one refinement step
-    tv = rbar + gamma * jnp.matmul(p, v, precision=_HI)
-    ok = _small_step(tv, v, tol) & jnp.all(jnp.isfinite(v))
+    ok = _small_step(sweep(v), v, tol) & jnp.all(jnp.isfinite(v))
     return FixedPoint(v, jnp.int32(1), ok)

@@ -129,19 +129,16 @@ def token_words(x: Array) -> UInt32[Array, "*batch W"]:
     distinct value distinct)."""
     x = jnp.asarray(x)
     dt = x.dtype
-    if jnp.issubdtype(dt, jnp.floating):
+    floating = jnp.issubdtype(dt, jnp.floating)
+    if not (floating or dt == jnp.bool_ or jnp.issubdtype(dt, jnp.integer)):
+        raise ValueError(f"hash_tokens: unsupported dtype {dt}; pass integer, bool or float arrays.")
+    if floating:
         x = x + jnp.zeros((), dt)  # -0.0 + 0.0 = +0.0
-        bits = {2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}.get(dt.itemsize)
-        if bits is None:
-            raise ValueError(f"hash_tokens: unsupported float dtype {dt}.")
-        if dt.itemsize == 8:
-            return jax.lax.bitcast_convert_type(x, jnp.uint32).reshape(x.shape[:-1] + (2 * x.shape[-1],))
-        return jax.lax.bitcast_convert_type(x, bits).astype(jnp.uint32)
-    if dt == jnp.bool_ or (jnp.issubdtype(dt, jnp.integer) and dt.itemsize <= 4):
-        return x.astype(jnp.uint32)
-    if jnp.issubdtype(dt, jnp.integer) and dt.itemsize == 8:
+    if dt.itemsize == 8:  # two words per element
         return jax.lax.bitcast_convert_type(x, jnp.uint32).reshape(x.shape[:-1] + (2 * x.shape[-1],))
-    raise ValueError(f"hash_tokens: unsupported dtype {dt}; pass integer, bool or float arrays.")
+    if floating:  # 16- and 32-bit floats: their bits, widened
+        return jax.lax.bitcast_convert_type(x, {2: jnp.uint16, 4: jnp.uint32}[dt.itemsize]).astype(jnp.uint32)
+    return x.astype(jnp.uint32)  # bools and <= 32-bit integers: widening is injective
 
 
 def hash_tokens(tokens: Array, mask: Bool[Array, "*batch L"]) -> UInt32[Array, "*batch 2"]:

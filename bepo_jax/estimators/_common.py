@@ -96,6 +96,9 @@ def entry_point(kernel_jit: Callable, batch: StepBatch, config: Any, config_type
     return out
 
 
+MIN_BUCKET = 32  # the smallest bucket max_states_for returns
+
+
 @functools.partial(jax.jit, static_argnames=("history",))
 def _max_states(obs_key, mask, history: int):
     from ..graph import history_keys, state_ids
@@ -115,8 +118,6 @@ def max_states_for(batch: StepBatch, *, history: int = 0) -> int:
     most = int(_max_states(batch.obs_key, batch.mask, history))
     return max(MIN_BUCKET, 1 << max(most - 1, 0).bit_length())
 
-
-MIN_BUCKET = 32
 
 
 def stop_gradient(tree):

@@ -139,17 +139,20 @@ def _finish(reward, mask, penalty, r, graph, fp: FixedPoint, overflow, config: G
     )
 
 
-@with_sanitized_input
-def bepo_batch(batch: StepBatch, config: GatedBEPOConfig, *, gate_all: bool = False,
-               rescale: bool = True) -> GatedBEPOOutput:
-    """Gated-BEPO on every group of ``batch`` (``gate_all``: rho = 1 everywhere, for
-    bepo_nogate and GAGPO; ``rescale=False``: A_FP is never divided by its std, for
-    GAGPO's definition). Not stop-gradient; the public kernels wrap it."""
+def bepo_batch_sanitized(batch: StepBatch, config: GatedBEPOConfig, *, gate_all: bool = False,
+                         rescale: bool = True) -> GatedBEPOOutput:
+    """Gated-BEPO on every group of an already sanitized ``batch`` (``gate_all``: rho = 1
+    everywhere, for bepo_nogate and GAGPO; ``rescale=False``: A_FP is never divided by
+    its std, for GAGPO's definition). Not stop-gradient; the public kernels wrap it."""
     r, graph, v0 = per_group(_prepare, batch, config)
     fp, overflow = bellman_fixed_point_batched(graph, r, v0, config.gamma, tol=config.tol, max_iters=config.max_iters,
                                                solver=config.solver, max_states=config.max_states)
     finish = lambda rew, m, p, rr, g, f, o: _finish(rew, m, p, rr, g, f, o, config, gate_all, rescale)
     return jax.vmap(finish)(batch.reward, batch.mask, batch.penalty_or_zeros(), r, graph, fp, overflow)
+
+
+# ``bepo_batch_sanitized`` on ``types.sanitize(batch)``, with the invalid-input flags attached.
+bepo_batch = with_sanitized_input(bepo_batch_sanitized)
 
 
 def gated_bepo_kernel(batch: StepBatch, config: GatedBEPOConfig) -> GatedBEPOOutput:

@@ -30,7 +30,7 @@ from .._config import check_choice, check_range, pytree_config
 from ..returns import discounted_cumsum
 from ..types import SUCCESS, ConfidenceOutput, StepBatch
 from ._common import check_graph_fields, entry_point, with_sanitized_input
-from .bepo import GatedBEPOConfig, bepo_batch
+from .bepo import GatedBEPOConfig, bepo_batch_sanitized
 
 CONFIDENCE_SOURCES = ("constant", "gate", "given")
 _C_MIN = float(np.finfo(np.float32).epsneg)  # 2**-24: 1 - _C_MIN is the largest float32 below 1
@@ -74,7 +74,7 @@ class ConfidenceConfig:
 def confidence_returns_kernel(batch: StepBatch, config: ConfidenceConfig,
                               confidence: Float[Array, "B K T"] | None = None) -> ConfidenceOutput:
     """The jittable kernel on a validated batch (no host checks)."""
-    base = bepo_batch(batch, config.as_bepo())
+    base = bepo_batch_sanitized(batch, config.as_bepo())  # the wrapper sanitized the batch once
     mask = batch.mask
     if config.confidence == "constant":
         conf = jnp.full(mask.shape, config.c, jnp.float32)

@@ -72,9 +72,8 @@ def step_group_advantage(
     ids = state.reshape(n)
     m = segment_moments(y.reshape(n), mask.reshape(n), ids, n, ddof=STD_DDOF[std])
     safe = jnp.clip(ids, 0, n - 1)
-    count = m.count
     a = scale_deviation(m.dev, m.std[safe], norm=norm, eps=eps)
-    a = jnp.where(mask.reshape(n) & (count[safe] > 1), a, 0.0)
+    a = jnp.where(mask.reshape(n) & (m.count[safe] > 1), a, 0.0)
     return a.reshape(mask.shape)
 
 
