@@ -4,6 +4,7 @@
     bepo-jax compare --env sokoban --estimators grpo,gigpo,gated_bepo --seeds 3
     bepo-jax eval    --checkpoint runs/x [--tasks 64]
     bepo-jax demo    (every estimator on the paper's four trajectory patterns)
+    bepo-jax credit  --env key_door --estimators grpo,gigpo,gated_bepo --group-sizes 2,4,8,16 --out DIR
 """
 
 from __future__ import annotations
@@ -103,6 +104,26 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _csv(text: str, cast=str) -> tuple:
+    return tuple(cast(x) for x in text.split(",") if x.strip())
+
+
+def _temperature(x: str):
+    return "inf" if x.strip() == "inf" else float(x)
+
+
+def _credit(args: argparse.Namespace) -> int:
+    from .lab.report import SweepConfig, run_sweep, write_outputs
+
+    cfg = SweepConfig(env=args.env, estimators=_csv(args.estimators), group_sizes=_csv(args.group_sizes, int),
+                      temperatures=_csv(args.temperatures, _temperature), horizons=_csv(args.horizons, int),
+                      tasks=args.tasks, groups=args.groups, batches=args.batches, seed=args.seed)
+    results = run_sweep(cfg, args.out, progress=not args.quiet)
+    write_outputs(results, args.out, command="bepo-jax " + " ".join(sys.argv[1:]) if args.record_command else "")
+    print(f"wrote {Path(args.out) / 'credit.json'}, credit.md and credit.png")
+    return 0
+
+
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     from .train import ENVS, RunConfig
 
@@ -146,6 +167,26 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tasks", type=int, default=None, help="held-out tasks (default: the run's eval_tasks)")
     e.add_argument("--seed", type=int, default=0)
     e.set_defaults(func=_eval)
+
+    from .lab.quality import DEFAULT_SUITE
+    from .lab.report import LAB_ENVS
+
+    cr = sub.add_parser("credit", help="every estimator's credit against the exact advantage (credit lab)")
+    cr.add_argument("--env", choices=LAB_ENVS, default="key_door")
+    cr.add_argument("--estimators", default=",".join(s.label for s in DEFAULT_SUITE),
+                    help="comma-separated registry names or LABEL=NAME:field=value:field=value specs "
+                         f"(registry: {', '.join(ESTIMATORS)})")
+    cr.add_argument("--group-sizes", default="2,4,8,16", help="comma-separated K values")
+    cr.add_argument("--temperatures", default="inf", help="Boltzmann temperatures over Q*, 'inf' = uniform")
+    cr.add_argument("--horizons", default="", help="time limits (default: the environment's)")
+    cr.add_argument("--tasks", type=int, default=8, help="levels (sokoban, maze)")
+    cr.add_argument("--groups", type=int, default=32, help="groups per batch")
+    cr.add_argument("--batches", type=int, default=8, help="independent batches (the intervals' sample)")
+    cr.add_argument("--seed", type=int, default=0)
+    cr.add_argument("--out", required=True, help="output directory (credit.json, credit.md, credit.png)")
+    cr.add_argument("--quiet", action="store_true", help="no progress bar")
+    cr.add_argument("--record-command", action="store_true", help="write the command line into credit.md")
+    cr.set_defaults(func=_credit)
 
     d = sub.add_parser("demo", help="print every estimator's credit on the paper's four trajectory patterns")
     defaults = GatedBEPOConfig()

@@ -35,7 +35,7 @@ from .envs.base import JaxEnv, env_reset, env_step, history_words, parse_respons
 from .envs.text import BOS, EOS, PAD, SEP
 from .hashing import hash_tokens
 from .models.interface import token_logprobs
-from .types import FAILURE, SUCCESS, TRUNCATED, StepBatch
+from .types import StepBatch, outcome_codes
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -249,6 +249,6 @@ def finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action
     """Outcomes and the Rollout tuple (shared with the host loop): SUCCESS if the episode
     succeeded, FAILURE if the environment ended it otherwise (even on the last allowed
     step), TRUNCATED if only the time limit ended it."""
-    outcome = jnp.where(success, SUCCESS, jnp.where(terminal, FAILURE, TRUNCATED)).astype(jnp.int32)
+    outcome = outcome_codes(success, terminal)
     batch = StepBatch(obs_key=key_obs, reward=reward, mask=valid, outcome=outcome, penalty=penalty)
     return Rollout(batch, seq, msk, resp, logp, action, success)

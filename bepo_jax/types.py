@@ -371,3 +371,9 @@ class ConfidenceOutput:
     baseline: PerRecord
     confidence: PerRecord
     diagnostics: GraphDiagnostics
+
+
+def outcome_codes(success, terminal) -> Int[Array, "..."]:
+    """SUCCESS if the episode succeeded, FAILURE if the environment ended it otherwise,
+    TRUNCATED if only the time limit ended it (the rollouts' and the lab's one rule)."""
+    return jnp.where(success, SUCCESS, jnp.where(terminal, FAILURE, TRUNCATED)).astype(jnp.int32)

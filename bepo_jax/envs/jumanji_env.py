@@ -58,6 +58,18 @@ class JumanjiEnv:
         state, timestep = self.env.step(inner[0], action)
         return (state, timestep.observation), timestep.reward, self.success_fn(timestep), timestep.last()
 
+    def canonical(self, inner):
+        """The state without its clock (``step_count`` zeroed in the state and the
+        observation), for ``bepo_jax.lab.enumerate_states``. Environments whose
+        dynamics read the clock beyond the time limit are not covered."""
+        state, obs = inner
+        zero = lambda x: jax.tree_util.tree_map(jnp.zeros_like, x)
+        if hasattr(state, "step_count"):
+            state = state.replace(step_count=zero(state.step_count)) if hasattr(state, "replace") else state
+        if hasattr(obs, "step_count"):
+            obs = obs._replace(step_count=zero(obs.step_count)) if hasattr(obs, "_replace") else obs
+        return state, obs
+
     def render(self, inner):
         return grid_to_tokens(self.to_grid(inner[1]), jnp.asarray(self._symbols), NEWLINE)
 
@@ -84,6 +96,8 @@ def maze(rows: int = 5, cols: int = 5, *, max_steps: int = 12) -> JumanjiEnv:
         from jumanji.environments.routing.maze.generator import RandomGenerator
     except ImportError as err:  # pragma: no cover - depends on the install
         raise ImportError("the Jumanji adapter needs jumanji: pip install 'bepo-jax[envs]'") from err
-    env = Maze(generator=RandomGenerator(num_rows=rows, num_cols=cols), time_limit=max_steps)
+    # The wrapper enforces max_steps (a time-limit end is TRUNCATED); Jumanji's own time
+    # limit would report it as a termination (FAILURE), so it is set out of reach.
+    env = Maze(generator=RandomGenerator(num_rows=rows, num_cols=cols), time_limit=2**30)
     return JumanjiEnv(env, to_grid=_maze_grid, grid_shape=(rows, cols), symbols=("#", "_", "O", "P", "S"),
                       action_words=("up", "right", "down", "left"), max_steps=max_steps, name="maze")

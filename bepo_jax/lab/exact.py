@@ -1,0 +1,126 @@
+"""Exact evaluation of an action-level policy on a ``TabularModel`` (float64, NumPy).
+
+Backward induction over the time limit H, with t = steps already spent:
+
+    V[H, s]    = 0
+    Q[t, s, a] = sum_m p(m | s, a) (r(s, a, m) + gamma (1 - ended(s, a, m)) V[t + 1, s'(s, a, m)])
+    V[t, s]    = sum_a pi(a | s) Q[t, s, a],        A[t, s, a] = Q[t, s, a] - V[t, s]
+
+Occupancies d[t, s] = P(s_t = s and the episode still running) from d[0] = onehot(start).
+The objective J(pi) = V[0, start]; for the tabular softmax policy pi = softmax(theta)
+the exact policy gradient is (the finite-horizon policy-gradient theorem)
+
+    dJ / d theta[s, b] = sum_t gamma^t d[t, s] pi(b | s) A[t, s, b].
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from jaxtyping import Float
+
+from .model import TabularModel
+
+
+class Evaluation(NamedTuple):
+    """V [H + 1, S], Q and A [H, S, A], occupancy [H + 1, S], gradient [S, A]
+    (dJ/dtheta of the tabular softmax policy with these probabilities), value = J."""
+
+    V: Float[np.ndarray, "H1 S"]
+    Q: Float[np.ndarray, "H S A"]
+    A: Float[np.ndarray, "H S A"]
+    occupancy: Float[np.ndarray, "H1 S"]
+    gradient: Float[np.ndarray, "S A"]
+    value: float
+    success: float
+
+
+def check_probs(model: TabularModel, probs) -> np.ndarray:
+    p = np.asarray(probs, np.float64)
+    if p.shape != (model.num_states, model.num_actions):
+        raise ValueError(f"probs has shape {p.shape}; want [num_states, num_actions] = "
+                         f"{(model.num_states, model.num_actions)} (row s = pi(. | state s)).")
+    if not np.all(np.isfinite(p)) or np.any(p < 0) or not np.allclose(p.sum(1), 1.0, atol=1e-6):
+        raise ValueError("probs must be finite, >= 0, and each row must sum to 1 (a distribution over actions).")
+    return p / p.sum(1, keepdims=True)
+
+
+def _check_gamma(gamma: float) -> float:
+    if not 0.0 <= float(gamma) <= 1.0:
+        raise ValueError(f"gamma={gamma} must be in [0, 1].")
+    return float(gamma)
+
+
+def evaluate(model: TabularModel, probs, gamma: float = 1.0) -> Evaluation:
+    """Exact V, Q, A, occupancies and softmax policy gradient of the time-independent
+    policy ``probs`` [num_states, num_actions] (module docstring). ``gamma`` is the
+    objective's discount (1: success within the time limit, with a 0/1 success reward)."""
+    pi = check_probs(model, probs)
+    gamma = _check_gamma(gamma)
+    H, S, A = model.horizon, model.num_states, model.num_actions
+    nxt, p = model.next_state, np.asarray(model.prob, np.float64)
+    r = np.asarray(model.reward, np.float64)
+    cont = gamma * (~np.asarray(model.ended)).astype(np.float64)
+    succ = np.asarray(model.success, np.float64)
+    V = np.zeros((H + 1, S))
+    Q = np.zeros((H, S, A))
+    P_succ = np.zeros((H + 1, S))  # success probability, for the report
+    for t in range(H - 1, -1, -1):
+        Q[t] = (p * (r + cont * V[t + 1][nxt])).sum(-1)
+        V[t] = (pi * Q[t]).sum(-1)
+        ps = (p * (succ + (cont > 0) * P_succ[t + 1][nxt])).sum(-1)
+        P_succ[t] = (pi * ps).sum(-1)
+    A_ = Q - V[:H, :, None]
+    occ = occupancy(model, pi)
+    disc = gamma ** np.arange(H)
+    grad = np.einsum("t,ts,sa,tsa->sa", disc, occ[:H], pi, A_)
+    return Evaluation(V, Q, A_, occ, grad, float(V[0, model.start]), float(P_succ[0, model.start]))
+
+
+def occupancy(model: TabularModel, probs) -> Float[np.ndarray, "H1 S"]:
+    """d[t, s]: probability that the episode is running and in s after t steps."""
+    pi = check_probs(model, probs)
+    H, S = model.horizon, model.num_states
+    flow = pi[:, :, None] * np.asarray(model.prob, np.float64) * (~np.asarray(model.ended))
+    d = np.zeros((H + 1, S))
+    d[0, model.start] = 1.0
+    for t in range(H):
+        np.add.at(d[t + 1], model.next_state.reshape(-1), (d[t][:, None, None] * flow).reshape(-1))
+    return d
+
+
+def optimal_q(model: TabularModel, gamma: float = 1.0) -> Float[np.ndarray, "H S A"]:
+    """Q*[t, s, a] by backward induction (the best any policy can do from (t, s) taking a)."""
+    gamma = _check_gamma(gamma)
+    H, S, A = model.horizon, model.num_states, model.num_actions
+    nxt, p = model.next_state, np.asarray(model.prob, np.float64)
+    r = np.asarray(model.reward, np.float64)
+    cont = gamma * (~np.asarray(model.ended)).astype(np.float64)
+    V = np.zeros((H + 1, S))
+    Q = np.zeros((H, S, A))
+    for t in range(H - 1, -1, -1):
+        Q[t] = (p * (r + cont * V[t + 1][nxt])).sum(-1)
+        V[t] = Q[t].max(-1)
+    return Q
+
+
+def softmax_policy(logits) -> Float[np.ndarray, "S A"]:
+    z = np.asarray(logits, np.float64)
+    z = z - z.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)
+
+
+def uniform_policy(model: TabularModel) -> Float[np.ndarray, "S A"]:
+    return np.full((model.num_states, model.num_actions), 1.0 / model.num_actions)
+
+
+def boltzmann_policy(model: TabularModel, temperature: float, gamma: float = 1.0) -> Float[np.ndarray, "S A"]:
+    """pi(a | s) proportional to exp(Q*_0(s, a) / (temperature * scale)), Q*_0 = the
+    optimal Q with the whole time limit left and ``scale`` the largest |reward| (so the
+    temperature is in units of the task's reward). temperature -> inf is uniform."""
+    if not temperature > 0:
+        raise ValueError(f"temperature={temperature} must be > 0 (use uniform_policy for infinity).")
+    scale = max(float(np.abs(model.reward).max()), 1e-12)
+    return softmax_policy(optimal_q(model, gamma)[0] / (temperature * scale))
