@@ -185,3 +185,68 @@ def plot_run(run_dir: str | Path, *, ax=None):
         _, ax = plt.subplots(figsize=(6, 3.6))
     draw_curve(read_metrics(run_dir), ax)
     return ax
+
+
+def draw_model(model, evaluation, *, labels=None, ax=None, title: Optional[str] = None, cmap: str = "coolwarm"):
+    """The exact model of a lab task (``bepo_jax.lab``): states as nodes (column = the step
+    they are first reached at, label = ``labels[s]`` and V^pi there), one arrow per action
+    and branch coloured by the exact advantage A^pi at that step; ended steps point to an
+    outcome box. Returns the matplotlib Axes."""
+    import matplotlib.pyplot as plt
+    import networkx as nx
+    from matplotlib import colors
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.5))
+    labels = labels or [f"s{s}" for s in range(model.num_states)]
+    g = nx.MultiDiGraph()
+    depth = np.asarray(model.depth)
+    H = model.horizon
+    cols: dict = {}
+    for s in range(model.num_states):
+        cols.setdefault(int(depth[s]), []).append(s)
+    pos = {s: (float(c), (len(ss) - 1) / 2.0 - i) for c, ss in cols.items() for i, s in enumerate(ss)}
+    pos["SUCCESS"], pos["FAILURE"] = (float(H + 1), 0.5), (float(H + 1), -0.5)
+    edges, adv = [], []
+    for s in range(model.num_states):
+        t = int(depth[s])
+        if t >= H:
+            continue
+        for a in range(model.num_actions):
+            for m in range(model.num_branches):
+                if model.prob[s, a, m] <= 0:
+                    continue
+                dst = ("SUCCESS" if model.success[s, a, m] else "FAILURE") if model.ended[s, a, m] \
+                    else int(model.next_state[s, a, m])
+                edges.append((s, dst, a))
+                adv.append(float(evaluation.A[t, s, a]))
+    g.add_nodes_from(range(model.num_states))
+    g.add_nodes_from(["SUCCESS", "FAILURE"])
+    lim = max(max((abs(x) for x in adv), default=1.0), 1e-6)
+    norm = colors.TwoSlopeNorm(vmin=-lim, vcenter=0.0, vmax=lim)
+    cm = plt.get_cmap(cmap)
+    nx.draw_networkx_nodes(g, pos, nodelist=list(range(model.num_states)), ax=ax, node_size=1100,
+                           node_color="#f4f4f4", edgecolors="0.4")
+    nx.draw_networkx_nodes(g, pos, nodelist=["SUCCESS", "FAILURE"], ax=ax, node_shape="s", node_size=900,
+                           node_color=["#b6e3b6", "#f3b5b5"], edgecolors="0.4")
+    names = {s: f"{labels[s]}\nV={evaluation.V[int(depth[s]), s]:.2f}" for s in range(model.num_states)}
+    nx.draw_networkx_labels(g, pos, labels={**names, "SUCCESS": "SUCCESS", "FAILURE": "FAILURE"}, ax=ax,
+                            font_size=7)
+    for (s, d, a), x in zip(edges, adv):
+        rad = 0.35 * (a - (model.num_actions - 1) / 2)
+        if d == s:
+            continue  # self-loops: shown in the label below
+        nx.draw_networkx_edges(g, pos, edgelist=[(s, d)], ax=ax, node_size=1100, arrows=True, arrowstyle="-|>",
+                               connectionstyle=f"arc3,rad={rad}", edge_color=[cm(norm(x))], width=2.5)
+    loops = {}
+    for (s, d, a), x in zip(edges, adv):
+        if d == s:
+            loops.setdefault(s, []).append(f"{model.action_words[a] if model.action_words else a}: stay "
+                                           f"A={x:+.2f}")
+    for s, txt in loops.items():
+        ax.annotate("\n".join(txt), pos[s], xytext=(0, -30), textcoords="offset points", ha="center", fontsize=6)
+    sm = plt.cm.ScalarMappable(norm=norm, cmap=cm)
+    ax.figure.colorbar(sm, ax=ax, fraction=0.04, pad=0.01, label="exact A^pi of the step")
+    ax.set_title(title or "exact model: arrows = actions coloured by A^pi at the state's first step", fontsize=9)
+    ax.set_axis_off()
+    return ax

@@ -112,8 +112,26 @@ def precision() -> str:
     return "\n".join(lines)
 
 
+def credit_lab() -> str:
+    d = _load("credit_lab/summary.json")
+    labs = ("grpo", "gigpo", "graphgpo", "gagpo", "gated_bepo", "bepo_nogate", "bepo_mc")
+    lines = ["| environment (K = 8, uniform policy) | " + " | ".join(labs) + " |", "|---|" + "---|" * len(labs)]
+    for env in d["envs"]:
+        tags = [t for t in d["suite"] if t.startswith(env + " ") and t.endswith(" T=inf K=8")]
+        for tag in tags[-1:]:  # the environment's own time limit (the longest horizon swept)
+            row = d["suite"][tag]
+            best = max(row[lab]["pearson"]["mean"] for lab in labs)
+            cells = []
+            for lab in labs:
+                p, g = row[lab]["pearson"], row[lab]["grad_cos"]
+                txt = f"{p['mean']:.2f} ± {p['ci95']:.2f} / {g['mean']:.2f}"
+                cells.append(f"**{txt}**" if p["mean"] == best else txt)
+            lines.append(f"| {tag.rsplit(' T=', 1)[0]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 TABLES = {"main_job": main_job, "compare_sokoban": compare_sokoban, "env_loop": env_loop,
-          "kernel_speed": kernel_speed, "precision": precision}
+          "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab}
 
 
 def render(text: str) -> str:

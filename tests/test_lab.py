@@ -13,8 +13,8 @@ from bepo_jax.envs.base import env_reset, env_step
 from bepo_jax.hashing import hash_tokens
 from bepo_jax.lab import (GraphWorld, TabularModel, boltzmann_policy, enumerate_states, evaluate, make_diagnostic,
                           occupancy, optimal_q, softmax_policy, uniform_policy)
-from bepo_jax.lab.quality import (LabConfig, affine_error, credit_quality, parse_spec, record_metrics,
-                                  sign_accuracy, spec)
+from bepo_jax.lab.quality import (LabConfig, affine_error, credit_quality, paired_difference, parse_spec,
+                                  record_metrics, sign_accuracy, spec)
 from bepo_jax.lab.sample import sample_groups
 from bepo_jax.types import FAILURE, SUCCESS, TRUNCATED, outcome_codes
 
@@ -239,6 +239,7 @@ def test_parse_spec_and_errors():
         LabConfig(group_size=1)
 
 
+@pytest.mark.slow
 def test_credit_quality_on_key_door():
     """The oracle row is the truth; on key_door (the key helps also in failed runs) the
     fixed-point credit correlates with A^pi better than outcome credit, batch by batch."""
@@ -252,11 +253,17 @@ def test_credit_quality_on_key_door():
     assert e["gated_bepo"]["pearson"]["mean"] - e["gated_bepo"]["pearson"]["ci95"] > \
         e["grpo"]["pearson"]["mean"] + e["grpo"]["pearson"]["ci95"]
     assert 0 < r["gated_share"]["mean"] < 1
+    same = paired_difference(r, "gated_bepo", "gated_bepo")
+    assert same["mean"] == 0.0 and same["ci95"] == 0.0
+    d = paired_difference(r, "gated_bepo", "grpo")
+    assert d["mean"] == pytest.approx(e["gated_bepo"]["pearson"]["mean"] - e["grpo"]["pearson"]["mean"])
+    assert d["mean"] - d["ci95"] > 0 and d["n"] == 3
     assert set(r["values"]) == {"rmse_mc", "rmse_fp", "fp_minus_mc", "corr_mc", "corr_fp"}
     with pytest.raises(ValueError, match="labels must be unique"):
         credit_quality(m, uniform_policy(m), [spec("grpo"), spec("grpo")], LabConfig(num_batches=2))
 
 
+@pytest.mark.slow
 def test_credit_cli_writes_and_resumes(tmp_path):
     from bepo_jax.cli import main
 
@@ -273,3 +280,38 @@ def test_credit_cli_writes_and_resumes(tmp_path):
     assert json.loads((out / "credit.json").read_text())["rows"] == res["rows"]
     with pytest.raises(SystemExit):
         main(argv[:-3] + ["--batches", "3", "--quiet", "--out", str(out)])  # other settings: refused
+
+
+@pytest.mark.slow
+def test_token_policy_probs_match_constrained_sampling():
+    """The word probabilities of a random token policy equal the frequencies of the
+    rollouts' constrained sampler (words sharing a prefix: "go" / "get" / "wait")."""
+    from flax import nnx
+
+    from bepo_jax.envs.base import parse_response, word_table
+    from bepo_jax.lab.token_policy import token_policy_probs
+    from bepo_jax.models import DecoderLM, TransformerConfig
+    from bepo_jax.rollout import forced_positions, sample_responses
+
+    world = GraphWorld("words", action_words=("go", "get", "wait"), views=["one room", "two"],
+                       next_state=[[1, 1, 0], [1, 1, 1]], success=[[0, 0, 0], [1, 0, 0]], max_steps=3)
+    m = enumerate_states(world, 0)
+    lm = DecoderLM(TransformerConfig(context=32, width=32, heads=2, layers=1), rngs=nnx.Rngs(3))
+    probs = token_policy_probs(lm, world, m, temperature=2.0)
+    assert probs.shape == (2, 3) and np.allclose(probs.sum(1), 1)
+    words = word_table(world.action_words, 4)
+    N = 3000
+    obs = np.asarray(world.render(jnp.int32(0)))
+    prompt = np.concatenate([[1], obs, [3]]).astype(np.int32)
+    prompts = jnp.asarray(np.repeat(prompt[None], N, 0))
+    pm = jnp.asarray(np.repeat(np.concatenate([[True], obs != 0, [True]])[None], N, 0))
+    seq, *_ = sample_responses(lm, prompts, pm, jax.random.key(0), max_response=5, temperature=2.0,
+                               table=jnp.broadcast_to(jnp.asarray(words), (N,) + words.shape),
+                               table_valid=jnp.ones((N, 3), bool), forced=forced_positions(words))
+    act = np.asarray(jax.vmap(parse_response, in_axes=(0, None, None))(
+        seq[:, len(prompt):], jnp.asarray(words), jnp.ones((3,), bool)))
+    freq = np.bincount(act, minlength=3) / N
+    se = np.sqrt(probs[0] * (1 - probs[0]) / N)
+    assert np.all(np.abs(freq - probs[0]) <= 5 * se), (freq, probs[0])
+    with pytest.raises(ValueError, match="prompt_history=2"):
+        token_policy_probs(lm, world, m, prompt_history=2)

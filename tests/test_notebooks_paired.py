@@ -15,8 +15,8 @@ def _cells(nb):
     return [(c.cell_type, c.source.strip()) for c in nb.cells]
 
 
-def test_there_are_three_notebooks():
-    assert [p.stem for p in SOURCES] == ["01_estimator_explorer", "02_knobs", "03_scale"]
+def test_there_are_four_notebooks():
+    assert [p.stem for p in SOURCES] == ["01_estimator_explorer", "02_knobs", "03_scale", "04_credit_lab"]
 
 
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)

@@ -45,6 +45,7 @@ from .model import TabularModel
 from .sample import sample_groups
 
 ORACLE = "oracle"
+HEADLINE = ("pearson", "spearman", "sign_acc", "affine_err", "grad_cos")
 SPLITS = ("gated", "ungated", "success", "failed", "early", "middle", "late")
 
 
@@ -261,6 +262,13 @@ def _batch_metrics(truth: _Truth, specs: Sequence[EstimatorSpec], cfg: LabConfig
 # ------------------------------------------------------------------------------ the report
 
 
+def paired_difference(report: dict, a: str, b: str, metric: str = "pearson") -> dict:
+    """Mean and 95% half-width over batches of metric(a) - metric(b): both specs ran on the
+    same batches of one ``credit_quality`` call, so the difference is paired."""
+    x = np.asarray(report["estimators"][a][metric]["batches"]) - np.asarray(report["estimators"][b][metric]["batches"])
+    return _ci([float(v) for v in x])
+
+
 def _ci(values: Sequence[float]) -> dict:
     from ..train import mean_ci
 
@@ -274,7 +282,8 @@ def credit_quality(models: Sequence[TabularModel] | TabularModel, probs, specs: 
     """Metrics of every spec against A^pi over ``config.num_batches`` batches (module
     docstring). ``models``: one task's model or several (groups cycle over them);
     ``probs``: pi per model, float [num_states, num_actions]. Returns a JSON-ready dict:
-    ``estimators[label][metric] = {"mean", "ci95", "n"}`` (n = batches where defined),
+    ``estimators[label][metric] = {"mean", "ci95", "n"}`` (n = batches where defined; the
+    headline metrics also keep their per-batch values, for ``paired_difference``),
     ``values``, and the truth (exact J and success probability, mean over tasks)."""
     if isinstance(models, TabularModel):
         models, probs = [models], [probs]
@@ -298,6 +307,8 @@ def credit_quality(models: Sequence[TabularModel] | TabularModel, probs, specs: 
     for label in labels + [ORACLE]:
         names = per_batch[0][label].keys()
         rows[label] = {k: _ci([pb[label][k] for pb in per_batch]) for k in names}
+        for k in HEADLINE:  # per-batch values: every spec saw the same batches, so differences pair
+            rows[label][k]["batches"] = [float(pb[label][k]) for pb in per_batch]
     values = {k: _ci([pb["_values"][k] for pb in per_batch]) for k in per_batch[0]["_values"]}
     return {
         "config": dataclasses.asdict(config),

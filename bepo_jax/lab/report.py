@@ -143,6 +143,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True) -> di
                 tmp = path.with_suffix(".json.tmp")
                 tmp.write_text(json.dumps(results, indent=1))
                 tmp.replace(path)
+                # XLA:CPU maps every compiled program into memory; a long sweep of shapes would
+                # exhaust the process's map count (vm.max_map_count) without this.
+                jax.clear_caches()
     if bar is not None:
         bar.close()
     return results

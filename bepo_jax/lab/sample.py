@@ -69,6 +69,27 @@ def sample_groups(model: TabularModel, probs, key, *, num_groups: int, group_siz
     with np.errstate(divide="ignore"):
         log_pi = np.log(pi).astype(np.float32)
         log_prob = np.log(np.asarray(model.prob, np.float64)).astype(np.float32)
-    return _sample(key, log_pi, model.next_state, log_prob, np.asarray(model.reward, np.float32), model.success,
-                   model.ended, model.obs_key, np.int32(model.start), num_groups=num_groups,
-                   group_size=group_size, horizon=int(model.horizon))
+    # Pad the tables to a power-of-two state count (unreachable rows): one compiled sampler
+    # serves every task of a similar size.
+    S = model.num_states
+    pad = max(8, 1 << (S - 1).bit_length()) - S
+    grow = lambda x: np.concatenate([x, np.repeat(x[-1:], pad, 0)]) if pad else x
+    return _sample(key, grow(log_pi), grow(model.next_state), grow(log_prob),
+                   grow(np.asarray(model.reward, np.float32)), grow(model.success), grow(model.ended),
+                   grow(model.obs_key), np.int32(model.start), num_groups=num_groups, group_size=group_size,
+                   horizon=int(model.horizon))
+
+
+def group_trajectories(sampled: Sampled, group: int, labels) -> list:
+    """Group ``group`` of a sample as ``builders.Trajectory`` objects (for ``viz``), each
+    observation named by ``labels[state]`` (e.g. a ``GraphWorld``'s ``views``)."""
+    from ..builders import Trajectory
+
+    out = []
+    mask = np.asarray(sampled.batch.mask[group])
+    for k in range(mask.shape[0]):
+        n = int(mask[k].sum())
+        out.append(Trajectory(observations=[labels[int(s)] for s in np.asarray(sampled.state[group, k, :n])],
+                              rewards=[float(r) for r in np.asarray(sampled.batch.reward[group, k, :n])],
+                              outcome=int(sampled.batch.outcome[group, k])))
+    return out
