@@ -52,6 +52,18 @@ def _check_gamma(gamma: float) -> float:
     return float(gamma)
 
 
+def _tables(model: TabularModel, gamma: float):
+    """(next_state, prob, reward, gamma (1 - ended)) as float64 arrays for the backups."""
+    return (model.next_state, np.asarray(model.prob, np.float64), np.asarray(model.reward, np.float64),
+            gamma * (~np.asarray(model.ended)).astype(np.float64))
+
+
+def _backup(tables, v_next):
+    """Q[s, a] = sum_m p (r + gamma (1 - ended) v_next[s'])."""
+    nxt, p, r, cont = tables
+    return (p * (r + cont * v_next[nxt])).sum(-1)
+
+
 def evaluate(model: TabularModel, probs, gamma: float = 1.0) -> Evaluation:
     """Exact V, Q, A, occupancies and softmax policy gradient of the time-independent
     policy ``probs`` [num_states, num_actions] (module docstring). ``gamma`` is the
@@ -59,18 +71,16 @@ def evaluate(model: TabularModel, probs, gamma: float = 1.0) -> Evaluation:
     pi = check_probs(model, probs)
     gamma = _check_gamma(gamma)
     H, S, A = model.horizon, model.num_states, model.num_actions
-    nxt, p = model.next_state, np.asarray(model.prob, np.float64)
-    r = np.asarray(model.reward, np.float64)
-    cont = gamma * (~np.asarray(model.ended)).astype(np.float64)
-    succ = np.asarray(model.success, np.float64)
+    tables = _tables(model, gamma)
+    # success probability: the same backup with reward = success, no discount
+    succ_tables = _tables(model.replace(reward=np.asarray(model.success, np.float64)), 1.0)
     V = np.zeros((H + 1, S))
     Q = np.zeros((H, S, A))
-    P_succ = np.zeros((H + 1, S))  # success probability, for the report
+    P_succ = np.zeros((H + 1, S))
     for t in range(H - 1, -1, -1):
-        Q[t] = (p * (r + cont * V[t + 1][nxt])).sum(-1)
+        Q[t] = _backup(tables, V[t + 1])
         V[t] = (pi * Q[t]).sum(-1)
-        ps = (p * (succ + (cont > 0) * P_succ[t + 1][nxt])).sum(-1)
-        P_succ[t] = (pi * ps).sum(-1)
+        P_succ[t] = (pi * _backup(succ_tables, P_succ[t + 1])).sum(-1)
     A_ = Q - V[:H, :, None]
     occ = occupancy(model, pi)
     disc = gamma ** np.arange(H)
@@ -94,13 +104,11 @@ def optimal_q(model: TabularModel, gamma: float = 1.0) -> Float[np.ndarray, "H S
     """Q*[t, s, a] by backward induction (the best any policy can do from (t, s) taking a)."""
     gamma = _check_gamma(gamma)
     H, S, A = model.horizon, model.num_states, model.num_actions
-    nxt, p = model.next_state, np.asarray(model.prob, np.float64)
-    r = np.asarray(model.reward, np.float64)
-    cont = gamma * (~np.asarray(model.ended)).astype(np.float64)
+    tables = _tables(model, gamma)
     V = np.zeros((H + 1, S))
     Q = np.zeros((H, S, A))
     for t in range(H - 1, -1, -1):
-        Q[t] = (p * (r + cont * V[t + 1][nxt])).sum(-1)
+        Q[t] = _backup(tables, V[t + 1])
         V[t] = Q[t].max(-1)
     return Q
 

@@ -116,16 +116,28 @@ def _leaf_bits(x) -> np.ndarray:
     return np.asarray(x)
 
 
-_EXPANDERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _per_env(env, name: str, make):
+    """One compiled function ``name`` per environment object (recompiled per call for
+    environments that cannot be weakly referenced)."""
+    try:
+        cache = _COMPILED.setdefault(env, {})
+    except TypeError:
+        return make()
+    if name not in cache:
+        cache[name] = make()
+    return cache[name]
 
 
 def _expander(env):
     """jit(vmap over states x actions) of one step of the environment, canonicalised,
-    as branches [N, A, M]; one compiled function per environment object."""
-    try:
-        return _EXPANDERS[env]
-    except (KeyError, TypeError):
-        pass
+    as branches [N, A, M]."""
+    return _per_env(env, "expand", lambda: _make_expander(env))
+
+
+def _make_expander(env):
     A = len(env.action_words)
 
     def branches(inner, a):
@@ -139,15 +151,11 @@ def _expander(env):
         return nxt, r.astype(jnp.float32), succ.astype(bool), (term | succ).astype(bool), p.astype(jnp.float32)
 
     per_state = lambda inner: jax.vmap(lambda a: branches(inner, a))(jnp.arange(A, dtype=jnp.int32))
-    fn = jax.jit(jax.vmap(per_state))
-    try:
-        _EXPANDERS[env] = fn
-    except TypeError:  # not weakly referenceable: compile per call
-        pass
-    return fn
+    return jax.jit(jax.vmap(per_state))
 
 
-def _bucket(n: int) -> int:
+def size_bucket(n: int) -> int:
+    """The power of two >= n (at least 8): padded sizes keep the number of compiles small."""
     return max(8, 1 << (n - 1).bit_length())
 
 
@@ -199,7 +207,7 @@ def enumerate_states(env: JaxEnv, task, horizon: Optional[int] = None, *,
         if lo == hi:
             break
         n = hi - lo
-        take = np.minimum(np.arange(lo, lo + _bucket(n)), hi - 1)  # padded to a size bucket: few compiles
+        take = np.minimum(np.arange(lo, lo + size_bucket(n)), hi - 1)  # padded to a size bucket: few compiles
         nxt, r, succ, ended, p = expand(codec.device([x[take] for x in states]))
         r, succ, ended, p = (np.asarray(v)[:n] for v in (r, succ, ended, p))
         M = r.shape[-1]
@@ -240,7 +248,7 @@ def enumerate_states(env: JaxEnv, task, horizon: Optional[int] = None, *,
         at += n
     prob = prob / prob.sum(-1, keepdims=True)
     inner = codec.device(states)
-    take = np.minimum(np.arange(_bucket(S)), S - 1)
+    take = np.minimum(np.arange(size_bucket(S)), S - 1)
     keys = np.asarray(_obs_keys_jit(env)(codec.device([x[take] for x in states])))[:S]
     # States first reached at depth == horizon are never expanded: self-loops, no decision left.
     return TabularModel(next_state=next_state.astype(np.int32), prob=prob, reward=reward, success=success,
@@ -248,16 +256,5 @@ def enumerate_states(env: JaxEnv, task, horizon: Optional[int] = None, *,
                         inner=inner, action_words=tuple(env.action_words), name=getattr(env, "name", "env"))
 
 
-_OBS_KEYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def _obs_keys_jit(env):
-    try:
-        return _OBS_KEYS[env]
-    except (KeyError, TypeError):
-        fn = jax.jit(lambda inner: obs_keys(env, inner))
-    try:
-        _OBS_KEYS[env] = fn
-    except TypeError:
-        pass
-    return fn
+    return _per_env(env, "obs_keys", lambda: jax.jit(lambda inner: obs_keys(env, inner)))

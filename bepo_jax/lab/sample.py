@@ -20,7 +20,7 @@ from jaxtyping import Array, Bool, Int
 
 from ..types import StepBatch, outcome_codes
 from .exact import check_probs
-from .model import TabularModel
+from .model import TabularModel, size_bucket
 
 
 class Sampled(NamedTuple):
@@ -72,7 +72,7 @@ def sample_groups(model: TabularModel, probs, key, *, num_groups: int, group_siz
     # Pad the tables to a power-of-two state count (unreachable rows): one compiled sampler
     # serves every task of a similar size.
     S = model.num_states
-    pad = max(8, 1 << (S - 1).bit_length()) - S
+    pad = size_bucket(S) - S
     grow = lambda x: np.concatenate([x, np.repeat(x[-1:], pad, 0)]) if pad else x
     return _sample(key, grow(log_pi), grow(model.next_state), grow(log_prob),
                    grow(np.asarray(model.reward, np.float32)), grow(model.success), grow(model.ended),
