@@ -108,6 +108,42 @@ def ref_gigpo(batch_np, *, gamma, omega, norm, weighting, std, eps):
     return np.stack(out)
 
 
+def ref_hgpo(batch_np, *, history_length, length_weight_alpha, base_group, norm, gamma, eps):
+    """HGPO as the verl-agent recipe loops it: groups keyed by (k, last k observations)."""
+    obs, reward, mask, outcome, penalty = batch_np
+    out = []
+    for b in range(mask.shape[0]):
+        K, T = mask[b].shape
+        L = lengths(mask[b])
+        y = [[g + float(penalty[b][k, t]) for t, g in enumerate(ref_returns(list(map(float, reward[b][k, : L[k]])), gamma))]
+             for k in range(K)]
+        base = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting="step", std="unbiased", eps=eps)
+        clusters = defaultdict(list)
+        for k in range(K):
+            hist = [tuple(obs[b][k, t]) for t in range(L[k])]
+            for t in range(L[k]):
+                for lev in range(1, min(history_length + 1, t + 1) + 1):
+                    clusters[(lev, tuple(hist[t - lev + 1: t + 1]))].append((k, t))
+        items = defaultdict(list)
+        for (lev, _), members in clusters.items():
+            if len(members) < 2:
+                continue
+            vals = [y[k][t] for k, t in members]
+            mu, sd = sum(vals) / len(vals), _std(vals, 0)
+            for (k, t), v in zip(members, vals):
+                items[(k, t)].append((lev, v - mu if norm == "mean" else (v - mu) / (sd + eps)))
+        adv = np.zeros((K, T))
+        for k in range(K):
+            for t in range(L[k]):
+                its = ([(0, base[k, t])] if base_group else []) + items[(k, t)]
+                its = [(lev, a) for lev, a in its if a != 0]
+                if its:
+                    w = [(lev + 1) ** length_weight_alpha for lev, _ in its]
+                    adv[k, t] = sum(wi * a for wi, (_, a) in zip(w, its)) / (sum(w) + eps)
+        out.append(adv)
+    return np.stack(out)
+
+
 # ----------------------------------------------------------------------------- BEPO
 
 

@@ -322,6 +322,20 @@ class GiGPOOutput:
 
 
 @_pytree
+class HGPOOutput:
+    """HGPO output (docs/estimators.md, HGPO): ``advantage`` float32 [B, K, T], the
+    weighted mean of the record's nonzero group advantages; ``a_levels`` float32
+    [B, K, T, history_length + 1] (level j = the groups of the last j + 1 observations;
+    0 where the record's group is a singleton or its history is too short); ``a_base``
+    [B, K, T] the outcome advantage (used only with ``base_group``)."""
+
+    advantage: PerRecord
+    a_levels: Float[Array, "B K T L"]
+    a_base: PerRecord
+    diagnostics: GraphDiagnostics
+
+
+@_pytree
 class GatedBEPOOutput:
     """Gated-BEPO output (docs/estimators.md, Gated-BEPO).
 

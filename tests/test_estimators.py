@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bepo_jax as bj
-from bepo_jax import FAILURE, SUCCESS, TRUNCATED, GatedBEPOConfig, GiGPOConfig, GRPOConfig, StepBatch
+from bepo_jax import FAILURE, SUCCESS, TRUNCATED, GatedBEPOConfig, GiGPOConfig, GRPOConfig, HGPOConfig, StepBatch
 from bepo_jax.builders import Trajectory, batch_from_trajectories
 
 from .helpers import assert_close
-from bepo_jax.reference import ref_gated_bepo, ref_gigpo, ref_grpo
+from bepo_jax.reference import ref_gated_bepo, ref_gigpo, ref_grpo, ref_hgpo
 from .strategies import NORMS, STDS, WEIGHTINGS, batches
 
 COMBOS = list(itertools.product(NORMS, WEIGHTINGS, STDS))
@@ -100,6 +100,46 @@ def test_gigpo_matches_reference(norm, weighting, std, data, gamma, omega):
     got = bj.gigpo(batch, cfg).advantage
     want = ref_gigpo(np_batch, gamma=gamma, omega=omega, norm=norm, weighting=weighting, std=std, eps=1e-6)
     assert_close(got, want, what="gigpo")
+
+
+@pytest.mark.parametrize("norm,base_group", [("mean_std", False), ("mean", False), ("mean_std", True), ("mean", True)])
+@given(data=batches(), gamma=gammas, history_length=st.sampled_from([0, 1, 2, 3]),
+       alpha=st.sampled_from([0.0, 1.0, 2.0]))
+def test_hgpo_matches_reference(norm, base_group, data, gamma, history_length, alpha):
+    batch, np_batch = data
+    cfg = HGPOConfig(history_length=history_length, length_weight_alpha=alpha, base_group=base_group, norm=norm,
+                     gamma=gamma)
+    got = bj.hgpo(batch, cfg).advantage
+    want = ref_hgpo(np_batch, history_length=history_length, length_weight_alpha=alpha, base_group=base_group,
+                    norm=norm, gamma=gamma, eps=1e-6)
+    assert_close(got, want, what="hgpo")
+
+
+def test_hgpo_levels_by_hand():
+    """Three trajectories a-b-c (success), a-b-d (failure), a-e-c (success), gamma 0.95,
+    mean_std: at t = 1 the level-1 group {b, b} and the level-2 group {(a, b), (a, b)} hold
+    the same two records, so A = (2 * 1 + 3 * 1) / (2 + 3 + eps) = 1 (and -1); at t = 2 the
+    two c's have equal returns (advantage 0, excluded) and nothing else is shared."""
+    b = bj.batch_from_trajectories([[Trajectory(["a", "b", "c"], [0, 0, 10], SUCCESS),
+                                     Trajectory(["a", "b", "d"], [0, 0, 0], FAILURE),
+                                     Trajectory(["a", "e", "c"], [0, 0, 10], SUCCESS)]])
+    out = bj.hgpo(b)
+    a = np.asarray(out.advantage)[0]
+    np.testing.assert_allclose(a[:, 1], [1.0, -1.0, 0.0], atol=2e-6)
+    np.testing.assert_allclose(a[:, 2], 0.0)
+    # t = 0: one level-1 group {a, a, a} of returns (9.025, 0, 9.025): +-1/sqrt(2) scaled
+    y = np.array([9.025, 0.0, 9.025])
+    z = (y - y.mean()) / (y.std() + 1e-6)
+    np.testing.assert_allclose(a[:, 0], z * 2 / (2 + 1e-6), rtol=1e-5)
+    assert np.asarray(out.a_levels).shape == (1, 3, 3, 3)
+    base = bj.hgpo(b, HGPOConfig(base_group=True)).advantage
+    assert not np.allclose(np.asarray(base), a)  # the outcome level changes the mean
+    with pytest.raises(ValueError, match="history_length"):
+        HGPOConfig(history_length=-1)
+    with pytest.raises(ValueError, match="norm"):
+        HGPOConfig(norm="mean_std_norm")
+    with pytest.raises(ValueError, match="base_group"):
+        HGPOConfig(base_group=1)
 
 
 BEPO_COMBOS = [(n, wt, s, solver, gate_on) for (n, wt, s) in COMBOS for solver in ("dense", "sparse", "solve")
@@ -227,6 +267,7 @@ def test_fixed_point_satisfies_bellman(data, gamma):
 ESTIMATORS = [
     (bj.grpo, GRPOConfig()),
     (bj.gigpo, GiGPOConfig(norm="mean_std")),
+    (bj.hgpo, HGPOConfig(base_group=True)),
     (bj.gated_bepo, GatedBEPOConfig(gamma=0.9, tol=1e-7, max_iters=5000)),
     (bj.gated_bepo, GatedBEPOConfig(solver="sparse", gate_on="reward_successor", weighting="trajectory")),
 ]

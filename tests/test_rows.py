@@ -162,3 +162,49 @@ def test_single_trajectory_group_is_refused_on_the_host_and_flagged_inside():
 def test_from_rows_refuses_boolean_outcomes(won):
     with pytest.raises(ValueError, match="booleans"):
         bj.from_rows(["u", "u"], ["a", "b"], np.array([0, 0]), ["x", "x"], np.array([1.0, 0.0]), won)
+
+
+@pytest.mark.parametrize("history_length,base_group", [(0, False), (2, False), (2, True)])
+@given(rows=row_sets(), gamma=st.sampled_from([0.5, 0.95]))
+def test_row_hgpo_equals_the_recipe_loops(rows, history_length, base_group, gamma):
+    """HGPO through from_rows / to_rows equals a loop over rows in the recipe's style:
+    groups keyed by (k, the trajectory's last k observations) inside each uid."""
+    c = _columns(rows)
+    batch, index = bj.from_rows(c["uid"], c["traj"], np.array(c["step"]), c["obs"], np.array(c["reward"], np.float32),
+                                np.array(c["outcome"]), np.array(c["penalty"], np.float32), shape=(3, 4, 5))
+    cfg = bj.HGPOConfig(history_length=history_length, base_group=base_group, gamma=gamma)
+    got = bj.to_rows(bj.compute_advantages("hgpo", batch, cfg).advantage, index)
+    by_traj = defaultdict(list)
+    for i, r in enumerate(rows):
+        by_traj[r["traj"]].append(i)
+    y, hist, ep = np.zeros(len(rows)), {}, np.zeros(len(rows))
+    for traj, ids in by_traj.items():
+        ids = sorted(ids, key=lambda i: rows[i]["step"])
+        R = sum(float(np.float32(rows[i]["reward"])) for i in ids)
+        G = 0.0
+        for i in reversed(ids):
+            G = float(np.float32(rows[i]["reward"])) + gamma * G
+            y[i] = G + float(np.float32(rows[i]["penalty"]))
+            ep[i] = R + float(np.float32(rows[i]["penalty"]))
+        for pos, i in enumerate(ids):
+            hist[i] = [rows[j]["obs"] for j in ids[: pos + 1]]
+    base = verl_gigpo_rows(c["uid"], c["traj"], c["obs"], ep, y, mean_std=True, omega=0.0)
+    clusters = defaultdict(list)
+    for i, r in enumerate(rows):
+        for k in range(1, min(history_length + 1, len(hist[i])) + 1):
+            clusters[(r["uid"], k, tuple(hist[i][-k:]))].append(i)
+    items = defaultdict(list)
+    for (_, k, _), members in clusters.items():
+        if len(members) < 2:
+            continue
+        vals = np.array([y[i] for i in members])
+        z = (vals - vals.mean()) / (vals.std() + 1e-6)
+        for i, a in zip(members, z):
+            items[i].append((k, a))
+    want = np.zeros(len(rows))
+    for i in range(len(rows)):
+        its = [(k, a) for k, a in ([(0, base[i])] if base_group else []) + items[i] if a != 0]
+        if its:
+            w = np.array([(k + 1.0) for k, _ in its])
+            want[i] = float((w * np.array([a for _, a in its])).sum() / (w.sum() + 1e-6))
+    assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())

@@ -8,6 +8,7 @@ from .confidence import (ConfidenceConfig, ConfidenceHead, confidence_features, 
 from .gigpo import GiGPOConfig, gigpo, gigpo_kernel, step_group_advantage
 from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
 from .grpo import GRPOConfig, grpo, grpo_kernel, outcome_advantage
+from .hgpo import HGPOConfig, hgpo, hgpo_kernel
 from ._common import max_states_for
 from .registry import ESTIMATORS, Estimator, compute_advantages, get_estimator, make_config
 
@@ -15,6 +16,7 @@ __all__ = [
     "GRPOConfig", "grpo", "grpo_kernel", "outcome_advantage",
     "GiGPOConfig", "gigpo", "gigpo_kernel", "step_group_advantage",
     "GraphGPOConfig", "graphgpo", "graphgpo_kernel",
+    "HGPOConfig", "hgpo", "hgpo_kernel",
     "GAGPOConfig", "gagpo", "gagpo_kernel",
     "GatedBEPOConfig", "gated_bepo", "gated_bepo_kernel",
     "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",

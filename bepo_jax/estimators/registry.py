@@ -13,6 +13,7 @@ from .confidence import ConfidenceConfig, confidence_returns, confidence_returns
 from .gigpo import GiGPOConfig, gigpo, gigpo_kernel
 from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
 from .grpo import GRPOConfig, grpo, grpo_kernel
+from .hgpo import HGPOConfig, hgpo, hgpo_kernel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,9 @@ _ENTRIES = [
     Estimator("graphgpo", graphgpo, graphgpo_kernel, GraphGPOConfig,
               "step return 10 omega_g^d(s') from shortest paths to SUCCESS, normalised in step groups, + A^E",
               "Cheng et al. 2026 (GraphGPO)", True),
+    Estimator("hgpo", hgpo, hgpo_kernel, HGPOConfig,
+              "weighted mean over history levels k of step-return advantages in groups of equal last-k observations",
+              "He et al. 2026 (HGPO); verl-agent HGPO recipe", True),
     Estimator("gagpo", gagpo, gagpo_kernel, GAGPOConfig,
               "A_out + w GAE(TD residuals of per-state MC means), no gate", "Zhu et al. 2026 (GAGPO)", True),
     Estimator("gated_bepo", gated_bepo, gated_bepo_kernel, GatedBEPOConfig,

@@ -90,7 +90,7 @@ def parse_spec(text: str) -> EstimatorSpec:
     return spec(label, name or label, **over)
 
 
-DEFAULT_SUITE = tuple(spec(n) for n in ("grpo", "gigpo", "graphgpo", "gagpo", "gated_bepo", "bepo_nogate",
+DEFAULT_SUITE = tuple(spec(n) for n in ("grpo", "gigpo", "graphgpo", "hgpo", "gagpo", "gated_bepo", "bepo_nogate",
                                         "bepo_mc", "bepo_additive"))
 
 
