@@ -36,6 +36,26 @@ def verl_gigpo_rows(uid, traj_uid, obs, episode_reward, step_return, *, mean_std
     return a_ep + omega * a_st
 
 
+def row_returns(rows, gamma):
+    """verl-agent's row fields, per row: the episode score R_k + penalty_i, the step return
+    G_i + penalty_i, and the trajectory's observations up to the row."""
+    by_traj = defaultdict(list)
+    for i, r in enumerate(rows):
+        by_traj[r["traj"]].append(i)
+    ep, sr, hist = np.zeros(len(rows)), np.zeros(len(rows)), {}
+    for ids in by_traj.values():
+        ids = sorted(ids, key=lambda i: rows[i]["step"])
+        R = sum(float(np.float32(rows[i]["reward"])) for i in ids)
+        G = 0.0
+        for i in reversed(ids):
+            G = float(np.float32(rows[i]["reward"])) + gamma * G
+            sr[i] = G + float(np.float32(rows[i]["penalty"]))
+            ep[i] = R + float(np.float32(rows[i]["penalty"]))
+        for pos, i in enumerate(ids):
+            hist[i] = [rows[j]["obs"] for j in ids[: pos + 1]]
+    return ep, sr, hist
+
+
 @st.composite
 def row_sets(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -82,19 +102,7 @@ def test_row_gigpo_equals_verl_agent_loops(rows, mean_std, gamma):
     assert batch.mask.shape == (3, 4, 5)
     norm = "mean_std" if mean_std else "mean"
     got = bj.to_rows(bj.gigpo(batch, GiGPOConfig(gamma=gamma, norm=norm)).advantage, index)
-    # verl-agent's row fields: the episode score R_k + penalty_i, the step return G_i + penalty_i.
-    traj_rows = defaultdict(list)
-    for i, r in enumerate(rows):
-        traj_rows[r["traj"]].append(i)
-    ep, sr = np.zeros(len(rows)), np.zeros(len(rows))
-    for traj, ids in traj_rows.items():
-        ids = sorted(ids, key=lambda i: rows[i]["step"])
-        R = sum(float(np.float32(rows[i]["reward"])) for i in ids)
-        G = 0.0
-        for i in reversed(ids):
-            G = float(np.float32(rows[i]["reward"])) + gamma * G
-            sr[i] = G + float(np.float32(rows[i]["penalty"]))
-            ep[i] = R + float(np.float32(rows[i]["penalty"]))
+    ep, sr, _ = row_returns(rows, gamma)
     want = verl_gigpo_rows(c["uid"], c["traj"], c["obs"], ep, sr, mean_std=mean_std)
     scale = max(1.0, np.abs(want).max())
     assert np.abs(got - want).max() <= 1e-4 * scale
@@ -174,20 +182,7 @@ def test_row_hgpo_equals_the_recipe_loops(rows, history_length, base_group, gamm
                                 np.array(c["outcome"]), np.array(c["penalty"], np.float32), shape=(3, 4, 5))
     cfg = bj.HGPOConfig(history_length=history_length, base_group=base_group, gamma=gamma)
     got = bj.to_rows(bj.compute_advantages("hgpo", batch, cfg).advantage, index)
-    by_traj = defaultdict(list)
-    for i, r in enumerate(rows):
-        by_traj[r["traj"]].append(i)
-    y, hist, ep = np.zeros(len(rows)), {}, np.zeros(len(rows))
-    for traj, ids in by_traj.items():
-        ids = sorted(ids, key=lambda i: rows[i]["step"])
-        R = sum(float(np.float32(rows[i]["reward"])) for i in ids)
-        G = 0.0
-        for i in reversed(ids):
-            G = float(np.float32(rows[i]["reward"])) + gamma * G
-            y[i] = G + float(np.float32(rows[i]["penalty"]))
-            ep[i] = R + float(np.float32(rows[i]["penalty"]))
-        for pos, i in enumerate(ids):
-            hist[i] = [rows[j]["obs"] for j in ids[: pos + 1]]
+    ep, y, hist = row_returns(rows, gamma)
     base = verl_gigpo_rows(c["uid"], c["traj"], c["obs"], ep, y, mean_std=True, omega=0.0)
     clusters = defaultdict(list)
     for i, r in enumerate(rows):
