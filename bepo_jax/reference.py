@@ -131,7 +131,8 @@ def ref_hgpo(batch_np, *, history_length, length_weight_alpha, base_group, norm,
             vals = [y[k][t] for k, t in members]
             mu, sd = sum(vals) / len(vals), _std(vals, 0)
             for (k, t), v in zip(members, vals):
-                items[(k, t)].append((lev, v - mu if norm == "mean" else (v - mu) / (sd + eps)))
+                dev = 0.0 if abs(v - mu) <= 1e-9 * (abs(v) + abs(mu)) else v - mu  # exact zeros, up to float64 residue
+                items[(k, t)].append((lev, dev if norm == "mean" else dev / (sd + eps)))
         adv = np.zeros((K, T))
         for k in range(K):
             for t in range(L[k]):

@@ -15,7 +15,7 @@ environments of each environment's mean over batches) and answers the three ques
 does the gate help, does the fixed point beat the Monte-Carlo values, which knob values
 give the best credit.
 
-    python experiments/credit_lab.py                 # ~25 min on 2 CPU cores
+    python experiments/credit_lab.py                 # ~20 min on 2 CPU cores (measured: 17 min)
     python experiments/credit_lab.py --scale small   # ~4 min (fewer batches and groups)
     python experiments/credit_lab.py --only key_door,bump --out /tmp/lab
 """

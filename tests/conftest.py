@@ -18,3 +18,26 @@ settings.register_profile(
 # fixed per test, so the extra examples reuse the compiled kernels and cost little.
 settings.register_profile("ci", parent=settings.get_profile("default"), max_examples=25, derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+# XLA:CPU maps every compiled program into the process's memory (hundreds of mappings
+# each); a long-lived test worker that compiles many shapes reaches the kernel's
+# vm.max_map_count (65530 by default) and the next compile aborts with "LLVM compilation
+# error: Cannot allocate memory". Drop the compiled programs before that happens.
+_MAPS = "/proc/self/maps"
+_MAX_MAPS = 30_000
+
+
+def _map_count() -> int:
+    try:
+        with open(_MAPS, "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:
+        return 0
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if _map_count() > _MAX_MAPS:
+        import jax
+
+        jax.clear_caches()

@@ -103,6 +103,7 @@ def test_gigpo_matches_reference(norm, weighting, std, data, gamma, omega):
 
 
 @pytest.mark.parametrize("norm,base_group", [("mean_std", False), ("mean", False), ("mean_std", True), ("mean", True)])
+@settings(max_examples=10)
 @given(data=batches(), gamma=gammas, history_length=st.sampled_from([0, 1, 2, 3]),
        alpha=st.sampled_from([0.0, 1.0, 2.0]))
 def test_hgpo_matches_reference(norm, base_group, data, gamma, history_length, alpha):

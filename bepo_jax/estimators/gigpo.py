@@ -66,13 +66,20 @@ def step_group_advantage(
     norm: str,
     std: str,
     eps,
+    residue_ulps: float = 0.0,
 ) -> Float[Array, "K T"]:
-    """A^S: normalise ``y`` within the step groups given by ``state``; singletons get 0."""
+    """A^S: normalise ``y`` within the step groups given by ``state``; singletons get 0.
+    With ``residue_ulps`` > 0, a deviation within that many float32 ulps of
+    |y_i| + |mu| is float residue and gives exactly 0 (HGPO counts only nonzero levels)."""
     n = mask.size
     ids = state.reshape(n)
     m = segment_moments(y.reshape(n), mask.reshape(n), ids, n, ddof=STD_DDOF[std])
     safe = jnp.clip(ids, 0, n - 1)
-    a = scale_deviation(m.dev, m.std[safe], norm=norm, eps=eps)
+    dev = m.dev
+    if residue_ulps:
+        ulp = jnp.finfo(jnp.float32).eps
+        dev = jnp.where(jnp.abs(dev) <= residue_ulps * ulp * (jnp.abs(y.reshape(n)) + jnp.abs(m.mean[safe])), 0.0, dev)
+    a = scale_deviation(dev, m.std[safe], norm=norm, eps=eps)
     a = jnp.where(mask.reshape(n) & (m.count[safe] > 1), a, 0.0)
     return a.reshape(mask.shape)
 

@@ -14,7 +14,9 @@ and the record's advantage is the weighted mean of its *nonzero* a_{i,k},
 
     A_i = sum_k w_k a_{i,k} / (sum_k w_k + eps),    w_k = (k + 1)^alpha  over k with a_{i,k} != 0,
 
-(0 when none is nonzero). ``base_group`` adds the outcome advantage (GiGPO's episode
+(0 when none is nonzero; a deviation within 16 float32 ulps of |y_i| + |mu| is rounding
+residue of an exact 0 and counts as 0 — the recipe's exact ``!= 0`` test would let
+float32 residue change the weights' sum). ``base_group`` adds the outcome advantage (GiGPO's episode
 term: statistics over the group's records, unbiased std; ``norm="mean"`` keeps only the
 mean) as a k = 0 item, weight 1. These are the recipe's rules, including eps in the
 weights' denominator and the exclusion of exact zeros.
@@ -32,6 +34,11 @@ from ..types import GraphDiagnostics, HGPOOutput, StepBatch
 from ._common import NORMS, entry_point, per_group, stop_gradient, with_sanitized_input
 from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
+
+
+# A level's deviation within this many float32 ulps of |y_i| + |mu| is rounding residue
+# of a deviation that is 0 in exact arithmetic: it counts as 0 (the recipe tests != 0).
+RESIDUE_ULPS = 16.0
 
 
 @pytree_config(static=("history_length", "base_group", "norm"))
@@ -72,7 +79,8 @@ def _group(obs_key, reward, mask, outcome, penalty, config: HGPOConfig):
     for j in range(config.history_length + 1):  # level k = j + 1: the last j + 1 observations
         member = mask & (t >= j)
         ids, _ = state_ids(history_keys(obs_key, j), member)
-        levels.append(step_group_advantage(y, ids, member, norm=config.norm, std="population", eps=config.eps))
+        levels.append(step_group_advantage(y, ids, member, norm=config.norm, std="population", eps=config.eps,
+                                           residue_ulps=RESIDUE_ULPS))
     a_levels = jnp.stack(levels, axis=-1)  # [K, T, L]
     weights = (jnp.arange(1, config.history_length + 2, dtype=jnp.float32) + 1.0) ** config.length_weight_alpha
     a_base = outcome_advantage(reward, penalty, mask, norm=config.norm, weighting="step", std="unbiased",
