@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine with python3.11 and make:
 #   make train  — the main job (creates .venv when missing)
-#   make test   — the whole test suite (creates .venv when missing)
+#   make test   — the test suite, slow tests only with CI=1 (creates .venv when missing)
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -21,8 +21,9 @@ train: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/bepo-jax demo
 
+# Tests marked slow run when CI is set (.ci/run exports CI=1): `CI=1 make test` runs everything.
 test: $(VENV)/.installed
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q $(if $(CI),,-m "not slow")
 	BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16 $(PY) -m pytest -n 2 -q --nbmake notebooks/*.ipynb
 
 # Re-lock after changing dependencies in pyproject.toml.
