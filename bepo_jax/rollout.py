@@ -31,9 +31,8 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
 from ._config import check_int, check_range
-from .envs.base import JaxEnv, env_reset, env_step, history_words, parse_response, word_table
+from .envs.base import JaxEnv, env_reset, env_step, history_words, observation_keys, parse_response, word_table
 from .envs.text import BOS, EOS, PAD, SEP
-from .hashing import hash_tokens
 from .models.interface import token_logprobs
 from .types import StepBatch, outcome_codes
 
@@ -223,8 +222,7 @@ def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = Rollout
                                                     table_valid=table_valid, forced=forced)
             action = jax.vmap(parse_response, in_axes=(0, None, None))(
                 seq[:, P:], jnp.asarray(words), jnp.ones((words.shape[0],), bool))
-            raw = jax.vmap(env.observation)(state.inner).reshape(B * K, -1)  # raw bits, any dtype
-            key_obs = hash_tokens(raw, jnp.ones(raw.shape, bool))
+            key_obs = observation_keys(env, state.inner)
             new_state, reward, valid = jax.vmap(lambda s, a: env_step(env, s, a))(state, action)
             penalty = jnp.where((action < 0) & valid, config.invalid_penalty, 0.0)
             if h:

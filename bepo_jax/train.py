@@ -132,14 +132,10 @@ class Setup:
         self.rollout_cfg = RolloutConfig(group_size=cfg.group_size, prompt_history=cfg.prompt_history, temperature=cfg.temperature,
                                          constrained=cfg.constrained, invalid_penalty=cfg.invalid_penalty,
                                          max_response=8 if not self.host else 25)
-        if cfg.env == "sokoban":
-            from .envs.sokoban import SokobanConfig, SokobanEnv
+        if not self.host:
+            from .envs import jax_env
 
-            self.env = SokobanEnv(SokobanConfig(max_steps=cfg.max_steps or 10, num_boxes=(1, cfg.boxes)))
-        elif cfg.env == "maze":
-            from .envs.jumanji_env import maze
-
-            self.env = maze(5, 5, max_steps=cfg.max_steps or 12)
+            self.env = jax_env(cfg.env, max_steps=cfg.max_steps, boxes=cfg.boxes)
         if self.host:
             from .envs.textworld_env import TextWorldEnv, generate_games
             from .host_rollout import make_host_rollout

@@ -73,6 +73,17 @@ class HostEnv(Protocol):
     def step(self, command: str) -> tuple[str, float, bool, bool, list[str]]: ...
 
 
+def observation_keys(env: JaxEnv, inner) -> Array:
+    """uint32 [N, 2]: the obs key of each of N stacked inner states — the raw bits of
+    ``env.observation`` (any dtype, any shape) hashed by ``hash_tokens``. The one rule the
+    rollouts and ``bepo_jax.lab`` share."""
+    from ..hashing import hash_tokens
+
+    raw = jax.vmap(env.observation)(inner)
+    raw = raw.reshape(raw.shape[0], -1)
+    return hash_tokens(raw, jnp.ones(raw.shape, bool))
+
+
 def env_reset(env: JaxEnv, task) -> EnvState:
     return EnvState(env.reset(task), jnp.int32(0), jnp.bool_(False), jnp.bool_(False), jnp.bool_(False))
 

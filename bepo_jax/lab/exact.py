@@ -82,7 +82,7 @@ def evaluate(model: TabularModel, probs, gamma: float = 1.0) -> Evaluation:
         V[t] = (pi * Q[t]).sum(-1)
         P_succ[t] = (pi * _backup(succ_tables, P_succ[t + 1])).sum(-1)
     A_ = Q - V[:H, :, None]
-    occ = occupancy(model, pi)
+    occ = _occupancy(model, pi)
     disc = gamma ** np.arange(H)
     grad = np.einsum("t,ts,sa,tsa->sa", disc, occ[:H], pi, A_)
     return Evaluation(V, Q, A_, occ, grad, float(V[0, model.start]), float(P_succ[0, model.start]))
@@ -90,7 +90,10 @@ def evaluate(model: TabularModel, probs, gamma: float = 1.0) -> Evaluation:
 
 def occupancy(model: TabularModel, probs) -> Float[np.ndarray, "H1 S"]:
     """d[t, s]: probability that the episode is running and in s after t steps."""
-    pi = check_probs(model, probs)
+    return _occupancy(model, check_probs(model, probs))
+
+
+def _occupancy(model: TabularModel, pi: np.ndarray) -> Float[np.ndarray, "H1 S"]:
     H, S = model.horizon, model.num_states
     flow = pi[:, :, None] * np.asarray(model.prob, np.float64) * (~np.asarray(model.ended))
     d = np.zeros((H + 1, S))

@@ -31,10 +31,9 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int, UInt32
+from jaxtyping import Bool, Float, Int, UInt32
 
-from ..envs.base import JaxEnv
-from ..hashing import hash_tokens
+from ..envs.base import JaxEnv, observation_keys
 
 DEFAULT_MAX_STATES = 200_000
 
@@ -97,23 +96,19 @@ class TabularModel:
         return dataclasses.replace(self, **changes)
 
 
-def obs_keys(env: JaxEnv, inner) -> UInt32[Array, "N 2"]:
-    """The rollouts' observation key of each stacked inner state: the raw bits of
-    ``env.observation`` hashed with ``hash_tokens`` (``bepo_jax.rollout``)."""
-    raw = jax.vmap(env.observation)(inner)
-    raw = raw.reshape(raw.shape[0], -1)
-    return hash_tokens(raw, jnp.ones(raw.shape, bool))
+obs_keys = observation_keys  # the rollouts' own key of each stacked inner state
 
 
 def _canonical(env, inner):
     return env.canonical(inner) if hasattr(env, "canonical") else inner
 
 
+def _is_key(x) -> bool:
+    return jnp.issubdtype(jnp.asarray(x).dtype, jax.dtypes.prng_key)
+
+
 def _leaf_bits(x) -> np.ndarray:
-    x = jnp.asarray(x)
-    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-        x = jax.random.key_data(x)
-    return np.asarray(x)
+    return np.asarray(jax.random.key_data(x) if _is_key(x) else x)
 
 
 _COMPILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -159,14 +154,18 @@ def size_bucket(n: int) -> int:
     return max(8, 1 << (n - 1).bit_length())
 
 
+def padded_index(lo: int, hi: int) -> np.ndarray:
+    """Rows lo..hi-1 padded to ``size_bucket(hi - lo)`` rows by repeating the last one."""
+    return np.minimum(np.arange(lo, lo + size_bucket(hi - lo)), hi - 1)
+
+
 class _Codec:
     """Inner states on the host: every leaf a NumPy array (PRNG keys as their key data),
     and back onto the device with the keys re-wrapped."""
 
     def __init__(self, example):
         leaves, self.treedef = jax.tree_util.tree_flatten(example)
-        self.impls = [jax.random.key_impl(x) if jnp.issubdtype(jnp.asarray(x).dtype, jax.dtypes.prng_key) else None
-                      for x in leaves]
+        self.impls = [jax.random.key_impl(x) if _is_key(x) else None for x in leaves]
 
     def host(self, tree) -> list[np.ndarray]:
         return [_leaf_bits(x) for x in jax.tree_util.tree_leaves(tree)]
@@ -207,7 +206,7 @@ def enumerate_states(env: JaxEnv, task, horizon: Optional[int] = None, *,
         if lo == hi:
             break
         n = hi - lo
-        take = np.minimum(np.arange(lo, lo + size_bucket(n)), hi - 1)  # padded to a size bucket: few compiles
+        take = padded_index(lo, hi)  # a size bucket: few compiles
         nxt, r, succ, ended, p = expand(codec.device([x[take] for x in states]))
         r, succ, ended, p = (np.asarray(v)[:n] for v in (r, succ, ended, p))
         M = r.shape[-1]
@@ -248,8 +247,7 @@ def enumerate_states(env: JaxEnv, task, horizon: Optional[int] = None, *,
         at += n
     prob = prob / prob.sum(-1, keepdims=True)
     inner = codec.device(states)
-    take = np.minimum(np.arange(size_bucket(S)), S - 1)
-    keys = np.asarray(_obs_keys_jit(env)(codec.device([x[take] for x in states])))[:S]
+    keys = np.asarray(_obs_keys_jit(env)(codec.device([x[padded_index(0, S)] for x in states])))[:S]
     # States first reached at depth == horizon are never expanded: self-loops, no decision left.
     return TabularModel(next_state=next_state.astype(np.int32), prob=prob, reward=reward, success=success,
                         ended=ended, obs_key=keys, depth=np.asarray(depth, np.int32), start=0, horizon=horizon,

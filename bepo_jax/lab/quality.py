@@ -220,6 +220,15 @@ def _gradient(x, task, state, action, truth: _Truth) -> list[np.ndarray]:
     return grads
 
 
+def _per_task(tables: Sequence[np.ndarray], task: np.ndarray, *index: np.ndarray) -> np.ndarray:
+    """tables[task_i][index_i] for every record i (one gather per task)."""
+    out = np.zeros(task.shape, np.float64)
+    for j, table in enumerate(tables):
+        sel = task == j
+        out[sel] = table[tuple(ix[sel] for ix in index)]
+    return out
+
+
 def _batch_metrics(truth: _Truth, specs: Sequence[EstimatorSpec], cfg: LabConfig, key) -> dict:
     batch, task, state, action = _sample_batch(truth, cfg, key)
     mask = np.asarray(batch.mask)
@@ -228,10 +237,17 @@ def _batch_metrics(truth: _Truth, specs: Sequence[EstimatorSpec], cfg: LabConfig
     group = np.broadcast_to(np.arange(B)[:, None, None], (B, K, T))
     sel = lambda z: np.asarray(z)[mask]
     tk, st, ac, tt = sel(task), sel(state), sel(action), sel(t_idx)
-    y = np.array([truth.evals[j].A[t, s, a] for j, t, s, a in zip(tk, tt, st, ac)])
+    y = _per_task([e.A for e in truth.evals], tk, tt, st, ac)
     true_grad = np.concatenate([e.gradient.ravel() for e in truth.evals])
 
-    ref = compute_advantages("gated_bepo", batch)
+    outputs: dict = {}
+
+    def run(name: str, overrides: tuple = ()):  # each distinct config once per batch
+        if (name, overrides) not in outputs:
+            outputs[name, overrides] = compute_advantages(name, batch, make_config(name, None, **dict(overrides)))
+        return outputs[name, overrides]
+
+    ref = run("gated_bepo")
     won = np.broadcast_to((np.asarray(batch.outcome) == SUCCESS)[:, :, None], (B, K, T))
     gate = sel(ref.gate)
     H = T
@@ -243,16 +259,16 @@ def _batch_metrics(truth: _Truth, specs: Sequence[EstimatorSpec], cfg: LabConfig
         if sp is None:
             label, x = ORACLE, y
         else:
-            label, x = sp.label, sel(compute_advantages(sp.name, batch, sp.config()).advantage).astype(np.float64)
+            label, x = sp.label, sel(run(sp.name, sp.overrides).advantage).astype(np.float64)
         m = record_metrics(x, y, sel(group), splits)
         m["grad_cos"] = _cosine(np.concatenate([g.ravel() for g in _gradient(x, tk, st, ac, truth)]), true_grad)
         out[label] = m
 
     # Value quality at the estimators' own gamma.
     gam = float(make_config("gated_bepo").gamma)
-    v_true = np.array([truth.values(gam)[j].V[t, s] for j, t, s in zip(tk, tt, st)])
+    v_true = _per_task([e.V for e in truth.values(gam)], tk, tt, st)
     v_fp = sel(ref.value).astype(np.float64)
-    v_mc = sel(compute_advantages("bepo_mc", batch).value).astype(np.float64)
+    v_mc = sel(run("bepo_mc").value).astype(np.float64)
     rmse = lambda v: float(np.sqrt(((v - v_true) ** 2).mean()))
     out["_values"] = {"rmse_mc": rmse(v_mc), "rmse_fp": rmse(v_fp), "fp_minus_mc": rmse(v_fp) - rmse(v_mc),
                       "corr_mc": _pearson(v_mc, v_true), "corr_fp": _pearson(v_fp, v_true)}

@@ -67,15 +67,10 @@ class SweepConfig:
 
 
 def lab_env(name: str):
-    if name == "sokoban":
-        from ..envs.sokoban import SokobanConfig, SokobanEnv
+    """A lab environment by name: a diagnostic world or the main job's JAX environment."""
+    from ..envs import JAX_ENVS, jax_env
 
-        return SokobanEnv(SokobanConfig())
-    if name == "maze":
-        from ..envs.jumanji_env import maze
-
-        return maze(5, 5)
-    return make_diagnostic(name)
+    return jax_env(name) if name in JAX_ENVS else make_diagnostic(name)
 
 
 def lab_models(env_name: str, tasks: int, horizon: Optional[int], seed: int) -> list[TabularModel]:

@@ -20,7 +20,7 @@ from jaxtyping import Array, Bool, Int
 
 from ..types import StepBatch, outcome_codes
 from .exact import check_probs
-from .model import TabularModel, size_bucket
+from .model import TabularModel, padded_index
 
 
 class Sampled(NamedTuple):
@@ -71,9 +71,8 @@ def sample_groups(model: TabularModel, probs, key, *, num_groups: int, group_siz
         log_prob = np.log(np.asarray(model.prob, np.float64)).astype(np.float32)
     # Pad the tables to a power-of-two state count (unreachable rows): one compiled sampler
     # serves every task of a similar size.
-    S = model.num_states
-    pad = size_bucket(S) - S
-    grow = lambda x: np.concatenate([x, np.repeat(x[-1:], pad, 0)]) if pad else x
+    take = padded_index(0, model.num_states)
+    grow = lambda x: np.asarray(x)[take]
     return _sample(key, grow(log_pi), grow(model.next_state), grow(log_prob),
                    grow(np.asarray(model.reward, np.float32)), grow(model.success), grow(model.ended),
                    grow(model.obs_key), np.int32(model.start), num_groups=num_groups, group_size=group_size,
