@@ -69,6 +69,11 @@ def check_int(cls_name: str, field: str, value: Any, *, lo: int) -> None:
         raise ValueError(f"{cls_name}.{field}={value!r} is out of range; it must be >= {lo}.")
 
 
+def check_bool(cls_name: str, field: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{cls_name}.{field}={value!r} must be True or False.")
+
+
 def pytree_config(*, static: Iterable[str]):
     """Class decorator: frozen keyword-only dataclass + pytree with ``static`` meta fields."""
     static = tuple(static)

@@ -258,8 +258,9 @@ def ref_gated_bepo(batch_np, *, gamma, lam, w, eta_gated, norm, weighting, std, 
 # ----------------------------------------------------------------------- GraphGPO
 
 
-def ref_graphgpo(batch_np, *, omega_g, scale, beta_g, beta_e, norm, weighting, std, eps):
-    """Breadth-first shortest paths to SUCCESS on a dict graph, then GiGPO-style step groups."""
+def ref_graphgpo(batch_np, *, omega_g, scale, beta_g, beta_e, norm, weighting, std, eps, normalize_distance=False):
+    """Breadth-first shortest paths to SUCCESS on a dict graph, then GiGPO-style step groups;
+    the step return decays with d(s') (or with d(s') - d(s) + 1 under normalize_distance)."""
     obs, reward, mask, outcome, penalty = batch_np
     B, K, T = mask.shape
     adv = np.zeros((B, K, T))
@@ -295,7 +296,9 @@ def ref_graphgpo(batch_np, *, omega_g, scale, beta_g, beta_e, norm, weighting, s
             for t in range(L):
                 nxt = tuple(obs[b, k, t + 1]) if t + 1 < L else ("END", int(outcome[b, k]))
                 dist[b, k, t] = d[nxt]
-                y[k][t] = scale * omega_g ** d[nxt]
+                exponent = d[nxt] - d[tuple(obs[b, k, t])] + 1 if normalize_distance else d[nxt]
+                assert exponent >= 0
+                y[k][t] = scale * omega_g ** exponent
         a_g = ref_step_groups(y, obs[b], mask[b], norm=norm, std=std, eps=eps)
         a_e = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
         adv[b] = beta_g * a_g + beta_e * a_e

@@ -27,13 +27,15 @@ BEPO_DEFAULTS = dict(gamma=0.95, lam=0.5, w=1.0, eta_gated=0.5, norm="mean_std",
 
 @pytest.mark.parametrize("norm", NORMS)
 @pytest.mark.parametrize("weighting", ["step", "trajectory"])
-@given(data=batches(), omega_g=st.sampled_from([0.2, 0.5, 1.0]), betas=st.sampled_from([(1.0, 1.0), (0.5, 2.0), (1.0, 0.0)]))
-def test_graphgpo_matches_reference(norm, weighting, data, omega_g, betas):
+@given(data=batches(), omega_g=st.sampled_from([0.1, 0.2, 0.5, 1.0]),
+       betas=st.sampled_from([(1.0, 1.0), (0.5, 2.0), (1.0, 0.0)]), progress=st.booleans())
+def test_graphgpo_matches_reference(norm, weighting, data, omega_g, betas, progress):
     batch, np_batch = data
-    cfg = GraphGPOConfig(omega_g=omega_g, beta_g=betas[0], beta_e=betas[1], norm=norm, weighting=weighting)
+    cfg = GraphGPOConfig(omega_g=omega_g, beta_g=betas[0], beta_e=betas[1], norm=norm, weighting=weighting,
+                         normalize_distance=progress)
     out = bj.graphgpo(batch, cfg)
     want, dist = ref_graphgpo(np_batch, omega_g=omega_g, scale=10.0, beta_g=betas[0], beta_e=betas[1], norm=norm,
-                              weighting=weighting, std="unbiased", eps=1e-6)
+                              weighting=weighting, std="unbiased", eps=1e-6, normalize_distance=progress)
     np.testing.assert_array_equal(np.asarray(out.distance), dist)
     assert_close(out.advantage, want, what="graphgpo")
 
@@ -55,6 +57,26 @@ def test_graphgpo_distances_on_a_chain():
     # d(c) = 1, d(b) = 2, d(a) = 3; x and END[FAILURE] cannot reach SUCCESS: max finite d + 1 = 4
     np.testing.assert_array_equal(d[0], [2, 1, 0])
     np.testing.assert_array_equal(d[1, :2], [4, 4])
+
+
+def test_graphgpo_normalize_distance_rewards_progress_not_proximity():
+    """At the shared start a: proximity returns 10 w^d(s') = 10 w^2 vs 10 w^4; progress
+    returns 10 w^(d(s') - d(a) + 1) = 10 w^0 (a step closer) vs 10 w^2 (a step away)."""
+    b = batch_from_trajectories([[Trajectory(["a", "b", "c"], [0, 0, 10], SUCCESS),
+                                  Trajectory(["a", "x"], [0, 0], FAILURE)]])
+    for progress, (y0, y1) in [(False, (0.1, 0.001)), (True, (10.0, 0.1))]:
+        cfg = GraphGPOConfig(omega_g=0.1, norm="mean", normalize_distance=progress)
+        a = np.asarray(bj.graphgpo(b, cfg).a_graph)[0]
+        np.testing.assert_allclose([a[0, 0], a[1, 0]], [(y0 - y1) / 2, (y1 - y0) / 2], rtol=1e-5)
+        assert np.all(a[:, 1:] == 0)  # b, c and x are visited once: singleton groups
+
+
+def test_graphgpo_defaults_are_the_reference_recipe():
+    cfg = GraphGPOConfig()
+    assert (cfg.omega_g, cfg.norm, cfg.beta_g, cfg.beta_e, cfg.scale, cfg.normalize_distance) == \
+        (0.1, "mean_std", 1.0, 1.0, 10.0, False)
+    with pytest.raises(ValueError, match="normalize_distance"):
+        GraphGPOConfig(normalize_distance=1)
 
 
 @pytest.mark.parametrize("norm,weighting", [("mean_std", "step"), ("mean", "trajectory")])

@@ -7,7 +7,10 @@ Per group, over the state graph with a SUCCESS sink:
 Nodes that cannot reach SUCCESS get (max finite d) + 1; in a group without a success
 every node gets d = 1 (so the graph term is 0). Each record's step return is
 
-    y_i = scale * omega_g ** d(s'_i)          (scale = 10, omega_g = 0.2)
+    y_i = scale * omega_g ** d(s'_i)                    (scale = 10, omega_g = 0.10)
+    y_i = scale * omega_g ** (d(s'_i) - d(s_i) + 1)     (normalize_distance: progress)
+
+(the exponent of the second is >= 0, since d(s) <= 1 + d(s') for every observed edge),
 
 normalised within equal-observation step groups exactly as GiGPO's A^S (singletons 0),
 and A = beta_G A^G + beta_E A^E with A^E the outcome advantage of docs/estimators.md, outcome advantage.
@@ -21,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from .._config import check_int, check_range, pytree_config
+from .._config import check_bool, check_int, check_range, pytree_config
 from ..graph import GroupGraph, build_graph, graph_diagnostics, history_keys, in_shared_state
 from ..types import SUCCESS, GraphDiagnostics, GraphGPOOutput, StepBatch
 from ._common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
@@ -29,22 +32,27 @@ from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
 
 
-@pytree_config(static=("norm", "weighting", "std", "history"))
+@pytree_config(static=("norm", "weighting", "std", "history", "normalize_distance"))
 class GraphGPOConfig:
     """GraphGPO settings.
 
-    omega_g: distance decay of the step return, in (0, 1] (0.2).
+    omega_g: distance decay of the step return, in (0, 1] (0.10, the reference recipe's;
+        earlier releases used 0.2).
+    normalize_distance: step return scale * omega_g^(d(s') - d(s) + 1), rewarding progress
+        towards SUCCESS rather than proximity to it (False).
     scale: step return at distance 0, i.e. of a step into SUCCESS (10.0, the success reward).
     beta_g: weight of the graph term (1.0).   beta_e: weight of the episode term (1.0).
-    norm, weighting, std, eps: as GiGPO (default norm "mean").
+    norm, weighting, std, eps: as GiGPO, for both terms (default norm "mean_std", the
+        recipe's mean_std_norm; earlier releases used "mean").
     history: history-aware state keys (0 = the observation alone).
     """
 
-    omega_g: float = 0.2
+    omega_g: float = 0.1
+    normalize_distance: bool = False
     scale: float = 10.0
     beta_g: float = 1.0
     beta_e: float = 1.0
-    norm: str = "mean"
+    norm: str = "mean_std"
     weighting: str = "step"
     std: str = "unbiased"
     eps: float = 1e-6
@@ -58,6 +66,7 @@ class GraphGPOConfig:
         check_range(name, "beta_e", self.beta_e)
         check_outcome_fields(name, self)
         check_int(name, "history", self.history, lo=0)
+        check_bool(name, "normalize_distance", self.normalize_distance)
 
 
 def distance_to_success(graph: GroupGraph) -> tuple[Float[Array, "N+3"], Int[Array, ""]]:
@@ -97,10 +106,13 @@ def _group(obs_key, reward, mask, outcome, penalty, config: GraphGPOConfig):
     d, sweeps = distance_to_success(graph)
     n = graph.num_slots
     dist = jnp.where(mask, d[jnp.clip(graph.succ, 0, n + 2)], 0.0)
+    exponent = dist
+    if config.normalize_distance:
+        exponent = jnp.where(mask, dist - d[jnp.clip(graph.state, 0, n + 2)] + 1.0, 0.0)
     # omega_g ** d from a table of repeated products (not exp(d log omega), which XLA may
-    # evaluate differently in different fusions): equal distances give equal returns.
+    # evaluate differently in different fusions): equal exponents give equal returns.
     powers = jnp.cumprod(jnp.full((n + 4,), config.omega_g, jnp.float32).at[0].set(1.0))
-    y = config.scale * powers[dist.astype(jnp.int32)]
+    y = config.scale * powers[exponent.astype(jnp.int32)]
     a_graph = step_group_advantage(y, graph.state, mask, norm=config.norm, std=config.std, eps=config.eps)
     a_ep = outcome_advantage(reward, penalty, mask, norm=config.norm, weighting=config.weighting,
                              std=config.std, eps=config.eps)

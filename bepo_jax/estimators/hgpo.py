@@ -27,7 +27,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._config import check_choice, check_int, check_range, pytree_config
+from .._config import check_bool, check_choice, check_int, check_range, pytree_config
 from ..graph import build_graph, graph_diagnostics, history_keys, state_ids
 from ..returns import discounted_returns
 from ..types import GraphDiagnostics, HGPOOutput, StepBatch
@@ -64,8 +64,7 @@ class HGPOConfig:
         n = "HGPOConfig"
         check_int(n, "history_length", self.history_length, lo=0)
         check_range(n, "length_weight_alpha", self.length_weight_alpha)
-        if not isinstance(self.base_group, bool):
-            raise ValueError(f"{n}.base_group={self.base_group!r} must be True or False.")
+        check_bool(n, "base_group", self.base_group)
         check_choice(n, "norm", self.norm, NORMS)
         check_range(n, "gamma", self.gamma, lo=0.0, hi=1.0)
         check_range(n, "eps", self.eps, lo=0.0, lo_open=True)

@@ -35,7 +35,7 @@ _ENTRIES = [
     Estimator("gigpo", gigpo, gigpo_kernel, GiGPOConfig,
               "A^E + omega A^S, step groups of equal observations", "Feng et al. 2025, arXiv 2505.10978; verl-agent", True),
     Estimator("graphgpo", graphgpo, graphgpo_kernel, GraphGPOConfig,
-              "step return 10 omega_g^d(s') from shortest paths to SUCCESS, normalised in step groups, + A^E",
+              "step return 10 omega_g^d(s') (or ^(d(s')-d(s)+1)) from shortest paths to SUCCESS, normalised in step groups, + A^E",
               "Cheng et al. 2026 (GraphGPO)", True),
     Estimator("hgpo", hgpo, hgpo_kernel, HGPOConfig,
               "weighted mean over history levels k of step-return advantages in groups of equal last-k observations",
