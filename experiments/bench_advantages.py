@@ -54,6 +54,8 @@ VARIANTS = {
     "graphgpo": ("graphgpo", bj.GraphGPOConfig(), lambda nb: ref.ref_graphgpo(nb, omega_g=0.1, scale=10.0, beta_g=1.0,
                                                                                 beta_e=1.0, norm="mean_std", weighting="step",
                                                                                 std="unbiased", eps=1e-6)[0]),
+    "hgpo": ("hgpo", bj.HGPOConfig(), lambda nb: ref.ref_hgpo(nb, history_length=2, length_weight_alpha=1.0,
+                                                                base_group=False, norm="mean_std", gamma=0.95, eps=1e-6)),
     "gagpo": ("gagpo", bj.GAGPOConfig(), lambda nb: ref.ref_gagpo(nb, gamma=0.95, lam=0.95, w=1.0, norm="mean_std",
                                                                      weighting="step", std="unbiased", eps=1e-6)),
     "gated_bepo default (host entry)": ("gated_bepo", bj.GatedBEPOConfig(),
@@ -180,7 +182,7 @@ def machine():
                 device=str(getattr(dev, "device_kind", dev)), device_count=jax.device_count())
 
 
-def write(rows, precision, args, out_dir: Path, wall_s: float):
+def write(rows, precision, args, out_dir: Path, wall_s: float, quiet: bool = False):
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
     info = dict(command=cmd, machine=machine(), k=K, t=T, bucket=BUCKET, wall_s=wall_s, rows=rows, precision=precision)
@@ -235,7 +237,8 @@ def write(rows, precision, args, out_dir: Path, wall_s: float):
         lines.append(f"| {r['method']} | {r['groups']} | {r['records']} | {r['segments']} | {r['ms']:.2f} | "
                      f"{r['max_rel_err_sigma']:.2g} | {'yes' if r['order_independent'] else 'no'} |")
     (out_dir / "bench_advantages.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if not quiet:
+        print("\n".join(lines))
 
 
 def main(argv=None):
@@ -262,6 +265,7 @@ def main(argv=None):
                             dense_max_groups=args.dense_max_groups)
             print(json.dumps(row), flush=True)
             rows.append(row)
+            write(rows, [], args, Path(args.out), time.perf_counter() - start, quiet=True)  # a stopped run keeps its rows
     precision = precision_rows(groups[:2] + groups[-1:] if len(groups) > 2 else groups)
     for r in precision:
         print(json.dumps(r), flush=True)

@@ -182,6 +182,20 @@ def test_training_raises_the_logprob_of_positive_advantage_tokens(model):
     assert int(state.step) == 5 and np.isfinite(float(metrics["loss"]))
 
 
+def test_init_state_survives_a_donating_step():
+    """The update donates its state; a second init_state (a restart, a second seed) must
+    still give the initial parameters, not arrays the first update deleted."""
+    trainer = make_trainer(ppo_epochs=1, num_minibatches=1, grad_accum=1)
+    first = trainer.init_state()
+    before = jax.tree_util.tree_map(lambda x: np.array(x, copy=True), first.params)  # no view: keeps donation on
+    trainer.step(first, make_update_batch())
+    assert all(x.is_deleted() for x in jax.tree_util.tree_leaves(first.params))  # the step donated them
+    again = trainer.init_state()
+    assert _max_diff(again.params, before) == 0.0
+    state, metrics = trainer.step(again, make_update_batch())
+    assert np.isfinite(float(metrics["loss"]))
+
+
 def test_gradient_accumulation_equals_one_big_minibatch():
     b = make_update_batch()
     one = make_trainer(num_minibatches=1, grad_accum=1, ppo_epochs=1)

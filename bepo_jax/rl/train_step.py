@@ -132,7 +132,8 @@ class Trainer:
     def init_state(self) -> TrainState:
         """Fresh state: parameters placed by their partition annotations (``fsdp`` axis),
         optimizer state initialised from them (its moments inherit their shardings)."""
-        params = jax.tree_util.tree_map(jnp.asarray, self._template)
+        # a copy: the update donates the state, which must not delete the template
+        params = jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), self._template)
         step = jnp.zeros((), jnp.int32)
         rng = jax.random.PRNGKey(self.config.seed)
         if self.mesh is not None:

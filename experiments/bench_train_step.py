@@ -1,0 +1,204 @@
+"""Benchmark: the policy-gradient update and the main job's fused iteration.
+
+Two tables, one run:
+
+* ``update`` — ``Trainer.step`` (PPO loss, backward pass, clip, AdamW; one epoch, one
+  minibatch) on random token batches shaped like the main job's (Sokoban prompts with
+  h = 2, L = prompt + 8 response tokens), for three policy sizes and several batch sizes
+  (micro-batches through ``grad_accum`` above a per-model size): updates/s, sequences/s,
+  tokens/s, model FLOP/s (``model_flops``), compile time.
+* ``iteration`` — ``train.Setup.iterate`` of the main job (``RunConfig()``: rollout of
+  B x 8 Sokoban episodes with the full-forward decoder, Gated-BEPO, the update, all in
+  one jitted program) at several B: iterations/s and environment steps/s.
+
+Compile time is excluded from the rates (one warm-up call per variant); rates are the
+median of the timed repeats. Writes ``<out>/bench_train_step.{json,md}``.
+
+    python experiments/bench_train_step.py                       # ~3 min on 2 CPU cores
+    python experiments/bench_train_step.py --backend gpu --scale gpu --out experiments/results/gpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from bepo_jax.envs.text import VOCAB  # noqa: E402
+from bepo_jax.models import DecoderLM, TransformerConfig  # noqa: E402
+from bepo_jax.rl.train_step import Trainer, TrainConfig, UpdateBatch  # noqa: E402
+from bepo_jax.train import RunConfig, Setup  # noqa: E402
+from experiments.bench_advantages import machine  # noqa: E402
+
+MODELS = {  # label -> (layers, width, heads, largest micro-batch: grad_accum splits bigger batches)
+    "1 layer, width 64 (main job)": (1, 64, 4, 4096),
+    "4 layers, width 256": (4, 256, 8, 1024),
+    "8 layers, width 512": (8, 512, 8, 256),
+}
+SCALES = {  # update_n: sequences per update, per model label (models not listed are skipped)
+    "cpu": dict(update_n={"1 layer, width 64 (main job)": (512, 2048), "4 layers, width 256": (128,)},
+                iteration_groups=(8, 32), repeats=3),
+    "gpu": dict(update_n={"1 layer, width 64 (main job)": (512, 4096, 16384), "4 layers, width 256": (512, 4096, 16384),
+                          "8 layers, width 512": (512, 4096)}, iteration_groups=(8, 256), repeats=3),
+    "gpu-rest": dict(update_n={"1 layer, width 64 (main job)": (16384,), "8 layers, width 512": (4096,)},
+                     iteration_groups=(256,), repeats=3),
+}
+
+
+def _median_time(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _random_batch(n, length, prompt, rng):
+    tokens = rng.integers(1, VOCAB, size=(n, length)).astype(np.int32)
+    resp = np.zeros((n, length), bool)
+    resp[:, prompt:] = True
+    return UpdateBatch(jnp.asarray(tokens), jnp.ones((n, length), bool), jnp.asarray(resp),
+                       jnp.asarray(rng.normal(-2.0, 0.5, (n, length)).astype(np.float32)),
+                       jnp.asarray(rng.normal(0.0, 1.0, (n, length)).astype(np.float32)))
+
+
+def model_flops(label: str, sequences: int, length: int) -> float:
+    """Model FLOPs of one update (the MFU convention): 6 P tokens for the matmul
+    parameters P = layers 12 W^2 + W V (qkv, out, MLP up/down; the output head), plus
+    12 layers L W tokens for the attention scores and values (forward and backward, no
+    causal halving). XLA's own count omits the cuBLAS GEMMs on GPU, hence this."""
+    layers, width, _, _ = MODELS[label]
+    tokens = sequences * length
+    return 6.0 * (layers * 12 * width**2 + width * VOCAB) * tokens + 12.0 * layers * length * width * tokens
+
+
+def bench_updates(scale: dict, on_row) -> list[dict]:
+    setup = Setup(RunConfig(iterations=1))
+    length = setup.model.cfg.context
+    prompt = length - setup.rollout_cfg.max_response
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, (layers, width, heads, micro) in MODELS.items():
+        model = DecoderLM(TransformerConfig(vocab=VOCAB, layers=layers, width=width, heads=heads, context=length),
+                          rngs=nnx.Rngs(0))
+        params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(nnx.state(model, nnx.Param)))
+        for n in scale["update_n"].get(label, ()):
+            accum = max(1, n // micro)
+            trainer = Trainer(model, TrainConfig(grad_accum=accum))
+            batch = _random_batch(n, length, prompt, rng)
+            state = trainer.init_state()
+            t0 = time.perf_counter()
+            compiled = jax.jit(trainer.update_fn, donate_argnums=(0,)).lower(state, batch).compile()
+            compile_s = time.perf_counter() - t0
+            box = [state]
+
+            def one():
+                box[0], m = compiled(box[0], batch)
+                return m["loss"]
+
+            jax.block_until_ready(one())
+            dt = _median_time(one, scale["repeats"])
+            row = dict(table="update", model=label, params=params, sequences=n, grad_accum=accum, length=length,
+                       update_s=dt, updates_per_s=1.0 / dt, sequences_per_s=n / dt, tokens_per_s=n * length / dt,
+                       model_tflops_per_s=model_flops(label, n, length) / dt / 1e12,
+                       compile_s=compile_s)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+            on_row(rows)
+    return rows
+
+
+def bench_iterations(scale: dict, on_row, rows: list[dict]) -> list[dict]:
+    for groups in scale["iteration_groups"]:
+        setup = Setup(RunConfig(groups=groups, iterations=1))
+        state = setup.trainer.init_state()
+        t0 = time.perf_counter()
+        state, m = setup.iterate(state, 0)  # compiles the fused iteration
+        compile_s = time.perf_counter() - t0
+        times, steps = [], []
+        for it in range(1, scale["repeats"] + 1):
+            t0 = time.perf_counter()
+            state, m = setup.iterate(state, it)  # returns host floats: synchronised
+            times.append(time.perf_counter() - t0)
+            steps.append(m["env_steps"])
+        dt = statistics.median(times)
+        row = dict(table="iteration", groups=groups, episodes=groups * setup.cfg.group_size, iteration_s=dt,
+                   iterations_per_s=1.0 / dt, env_steps_per_s=statistics.median(steps) / dt,
+                   compile_plus_first_s=compile_s)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        on_row(rows)
+    return rows
+
+
+def _machine_line(m: dict) -> str:
+    return (f"{m['platform']}, {m['cpu_count']} CPUs, backend {m['backend']} ({m['device']}); jax {m['jax']}, "
+            f"bepo_jax {m['bepo_jax']}")
+
+
+def markdown(res: dict) -> str:
+    up = [r for r in res["rows"] if r["table"] == "update"]
+    it = [r for r in res["rows"] if r["table"] == "iteration"]
+    lines = ["# The update step and the main job's fused iteration", "",
+             f"Command: `{res['command']}`  ", f"Machine: {_machine_line(res['machine'])}. Median of the timed repeats, compile "
+             "excluded. TFLOP/s = model FLOPs (6 x matmul parameters x tokens + attention, `model_flops`) "
+             "per second; float32 parameters and activations, matmuls at XLA's default precision (on a GPU "
+             "that is TF32 tensor cores: rates above the chip's plain-fp32 peak show it).", "",
+             "## Trainer.step (PPO, one epoch, one minibatch; L = %d tokens per sequence)" % (up[0]["length"] if up else 0),
+             "", "| policy | params | sequences (micro-batches) | update | sequences/s | tokens/s | TFLOP/s | compile | run |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in up:
+        lines.append(f"| {r['model']} | {r['params']:,} | {r['sequences']:,} ({r['grad_accum']}) | {r['update_s'] * 1e3:.1f} ms | "
+                     f"{r['sequences_per_s']:,.0f} | {r['tokens_per_s']:,.0f} | "
+                     f"{model_flops(r['model'], r['sequences'], r['length']) / r['update_s'] / 1e12:.3g} | "
+                     f"{r['compile_s']:.1f} s | {r.get('run', 1)} |")
+    lines += ["", "## Main job iteration (`RunConfig()` with B groups: rollout + Gated-BEPO + update, one program)", "",
+              "| groups x K | iteration | iterations/s | env steps/s | compile + first | run |", "|---|---|---|---|---|---|"]
+    for r in it:
+        lines.append(f"| {r['groups']} x 8 | {r['iteration_s'] * 1e3:.0f} ms | {r['iterations_per_s']:.2f} | "
+                     f"{r['env_steps_per_s']:,.0f} | {r['compile_plus_first_s']:.1f} s | {r.get('run', 1)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", choices=("cpu", "gpu", "tpu"), default=None)
+    p.add_argument("--scale", choices=tuple(SCALES), default="cpu")
+    p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
+    p.add_argument("--render", default=None, help="only re-render the markdown of this results json (next to it)")
+    a = p.parse_args()
+    if a.render:
+        res = json.loads(Path(a.render).read_text())
+        Path(a.render).with_suffix(".md").write_text(markdown(res))
+        return
+    if a.backend:
+        jax.config.update("jax_platforms", a.backend)
+    scale = SCALES[a.scale]
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    res = dict(command="python experiments/bench_train_step.py " + " ".join(sys.argv[1:]), machine=machine(),
+               scale=a.scale, rows=[])
+
+    def write(rows):  # after every row: a run stopped part-way keeps what it measured
+        res["rows"] = rows
+        (out / "bench_train_step.json").write_text(json.dumps(res, indent=1))
+        (out / "bench_train_step.md").write_text(markdown(res))
+
+    bench_iterations(scale, write, bench_updates(scale, write))
+    print(markdown(res))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One device session: kernels, rollout loops and the update step on the accelerator.
+# Usage (on a GPU machine with JAX installed, from the repository root):
+#   OUT=experiments/results/gpu experiments/device_run.sh
+# Each benchmark has its own time limit; each writes its json/md to $OUT as it goes.
+set -u
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH="${PYTHONPATH:-}:$PWD"
+PY=${PY:-python3}
+OUT=${OUT:-experiments/results/gpu}
+QUICK=${QUICK:-0}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$OUT/device.txt"
+$PY -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())" | tee -a "$OUT/device.txt"
+if [ "$QUICK" = 1 ]; then  # a dry run of the same script at tiny sizes (CPU)
+  A="--groups 16 --variants grpo,gigpo,hgpo --python-max-groups 0"; E="--groups 8 --repeats 1"; S="--scale cpu"; BK=""
+else
+  A="--groups 16,256,3072,12288 --python-max-groups 0 --dense-max-groups 256"; E="--groups 8,256 --repeats 2"; S="--scale gpu"; BK=""  # JAX picks the GPU itself
+fi
+timeout ${T_ADV:-140} $PY experiments/bench_advantages.py $BK $A --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_advantages rc=$?"
+timeout ${T_TRAIN:-160} $PY experiments/bench_train_step.py $BK $S --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_train_step rc=$?"
+timeout ${T_ENV:-90} $PY experiments/bench_env_loop.py $BK $E --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_env_loop rc=$?"
+tail -n 40 "$OUT/run.log"
