@@ -11,6 +11,7 @@ from .estimators import __all__ as _estimator_names
 from .builders import Trajectory, batch_from_trajectories
 from .hashing import hash_observation, hash_observations, hash_tokens, token_words
 from .integrations.rows import RowIndex, from_rows, to_rows
+from .similarity import SimilarityConfig, merge_similar
 from .tokens import to_token_advantages
 from .types import (
     FAILURE,
@@ -45,6 +46,6 @@ __all__ = [
     "GRPOOutput", "GiGPOOutput", "GraphGPOOutput", "GatedBEPOOutput", "ConfidenceOutput", "GraphDiagnostics",
     *_estimator_names,
     "hash_observation", "hash_observations", "hash_tokens", "token_words", "to_token_advantages",
-    "Trajectory", "batch_from_trajectories", "RowIndex", "from_rows", "to_rows",
+    "Trajectory", "batch_from_trajectories", "RowIndex", "from_rows", "to_rows", "SimilarityConfig", "merge_similar",
     "__version__",
 ]

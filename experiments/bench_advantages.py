@@ -8,6 +8,7 @@ speed-up, measured in the same run. Writes experiments/results/bench_advantages.
 
     python experiments/bench_advantages.py            # the full CPU run (~10 min on 2 cores)
     python experiments/bench_advantages.py --quick    # small sizes only
+    python experiments/bench_advantages.py --rows     # row layout end to end (bench_rows.{json,md}), ~1 min
     python experiments/bench_advantages.py --backend gpu --out experiments/results/gpu   # < 5 min on one GPU
 """
 
@@ -174,6 +175,67 @@ def precision_rows(groups_list):
     return rows
 
 
+def rows_of(batch, seed):
+    """The batch as verl-style rows in shuffled order, observations as strings ("room
+    cell 13: a table, a lamp, ..." of ~80 characters, one per cell)."""
+    B, K, T = batch.mask.shape
+    b, k, t = np.nonzero(np.asarray(batch.mask))
+    cell = np.asarray(batch.obs_key)[b, k, t, 1]
+    text = {c: f"room cell {c}: " + ", ".join(f"object {c * 7 + j}" for j in range(6)) for c in np.unique(cell)}
+    order = np.random.default_rng(seed).permutation(len(b))
+    b, k, t, cell = b[order], k[order], t[order], cell[order]
+    outcome = np.asarray(batch.outcome)[b, k]
+    return dict(uid=(b.astype(np.int64)), traj_uid=b * K + k, step=t, obs=[text[c] for c in cell.tolist()],
+                keys=np.asarray(batch.obs_key)[b, k, t], reward=np.asarray(batch.reward)[b, k, t], outcome=outcome)
+
+
+def rows_rows(groups_list):
+    """Row layout end to end at each size: from_rows (string observations, and given
+    keys), the GiGPO kernel on the padded batch (compiled), to_rows; the end-to-end time
+    over the kernel's."""
+    out = []
+    kernel = jax.jit(lambda b: bj.ESTIMATORS["gigpo"].kernel(b, bj.GiGPOConfig()).advantage)
+    for groups in groups_list:
+        rows = rows_of(grid_room_batch(groups, K, T, seed=groups), seed=groups)
+        n = len(rows["step"])
+        args = (rows["uid"], rows["traj_uid"], rows["step"])
+        tail = (rows["reward"], rows["outcome"])
+        bj.from_rows(*args, rows["obs"], *tail)  # warm: the hashing program compiles once per width bucket
+        batch, index = bj.from_rows(*args, rows["obs"], *tail)
+        jax.block_until_ready(kernel(batch))
+        t_str = _time(lambda: bj.from_rows(*args, rows["obs"], *tail), min_reps=3, min_seconds=0.2)
+        t_key = _time(lambda: bj.from_rows(*args, rows["keys"], *tail), min_reps=3, min_seconds=0.2)
+        t_ker = _time(lambda: kernel(batch), min_reps=3, min_seconds=0.2)
+        adv = kernel(batch)
+        t_back = _time(lambda: bj.to_rows(adv, index), min_reps=3, min_seconds=0.2)
+        end = t_str + t_ker + t_back
+        out.append(dict(groups=groups, rows=n, from_rows_strings_s=t_str, from_rows_keys_s=t_key, kernel_s=t_ker,
+                        to_rows_s=t_back, end_to_end_s=end, end_to_end_over_kernel=end / t_ker,
+                        us_per_row=end / n * 1e6))
+        print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def write_rows(rows, out_dir: Path):
+    cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    info = dict(command=cmd, machine=machine(), k=K, t=T, rows=rows)
+    (out_dir / "bench_rows.json").write_text(json.dumps(info, indent=2))
+    m = info["machine"]
+    lines = ["# Row layout end to end: from_rows -> GiGPO kernel -> to_rows", "",
+             f"Command: `{cmd}`  ", f"Machine: {m['platform']}, {m['cpu_count']} CPUs, backend {m['backend']}; "
+             f"JAX {m['jax']}, NumPy {m['numpy']}.  ",
+             "Rows: grid-room random walks (K = 8, T = 50) in shuffled order, string observations of ~90 "
+             "characters; median times. End to end = from_rows (strings) + kernel + to_rows.", "",
+             "| groups | rows | from_rows (strings) | from_rows (uint32 keys) | GiGPO kernel | to_rows | end to end | "
+             "end to end / kernel | us / row |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['groups']} | {r['rows']:,} | {r['from_rows_strings_s'] * 1e3:.1f} ms | "
+                     f"{r['from_rows_keys_s'] * 1e3:.1f} ms | {r['kernel_s'] * 1e3:.1f} ms | {r['to_rows_s'] * 1e3:.1f} ms | "
+                     f"{r['end_to_end_s'] * 1e3:.1f} ms | {r['end_to_end_over_kernel']:.1f}x | {r['us_per_row']:.2f} |")
+    (out_dir / "bench_rows.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def machine():
     dev = jax.devices()[0]
     return dict(platform=platform.platform(), python=platform.python_version(), processor=platform.processor(),
@@ -249,10 +311,17 @@ def main(argv=None):
     p.add_argument("--variants", default=None, help="comma-separated variant labels (default: all)")
     p.add_argument("--python-max-groups", type=int, default=64, help="run the Python reference up to this many groups")
     p.add_argument("--dense-max-groups", type=int, default=256, help="run the S=N dense default up to this many groups")
+    p.add_argument("--rows", action="store_true",
+                   help="only the row-layout benchmark (from_rows -> kernel -> to_rows at 25/250/2500 groups)")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     args = p.parse_args(argv)
     if args.backend:
         jax.config.update("jax_platforms", args.backend)
+    if args.rows:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_rows(rows_rows([25, 250, 2500] if not args.groups else [int(g) for g in args.groups.split(",")]), out)
+        return
     groups = [16, 64] if args.quick else [16, 64, 256, 1024, 3072]
     if args.groups:
         groups = [int(g) for g in args.groups.split(",")]

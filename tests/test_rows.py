@@ -87,7 +87,10 @@ def test_round_trip_rows_batch_rows_is_exact(rows):
     np.testing.assert_array_equal(bj.to_rows(batch.penalty, index), np.array(c["penalty"], np.float32))
     np.testing.assert_array_equal(bj.to_rows(batch.mask, index), True)
     assert int(np.asarray(batch.mask).sum()) == len(rows)
-    np.testing.assert_array_equal(bj.to_rows(batch.obs_key, index), bj.hash_observations(c["obs"]))
+    keys = bj.to_rows(batch.obs_key, index)  # the vectorised string hash: equal strings <-> equal keys
+    same_obs = np.array(c["obs"], dtype=object)[:, None] == np.array(c["obs"], dtype=object)[None]
+    same_key = np.all(keys[:, None] == keys[None], axis=-1)
+    np.testing.assert_array_equal(same_key, same_obs)
     for i, r in enumerate(rows):
         assert index.groups[index.b[i]] == r["uid"] and index.trajectories[index.b[i], index.k[i]] == r["traj"]
         assert int(np.asarray(batch.outcome)[index.b[i], index.k[i]]) == r["outcome"]
@@ -203,3 +206,48 @@ def test_row_hgpo_equals_the_recipe_loops(rows, history_length, base_group, gamm
             w = np.array([(k + 1.0) for k, _ in its])
             want[i] = float((w * np.array([a for _, a in its])).sum() / (w.sum() + 1e-6))
     assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max())
+
+
+@pytest.mark.parametrize("obs", [
+    ["a", "a\x00", "a", "ab", "abc", ""],                        # NUL: falls back to the per-row digest
+    [b"a", b"ab", b"a", b"", b"abc", b"ab"],                      # bytes: the vectorised pass
+    ["x", "xy", "x", "é√", "é√", "xy"],                          # non-ASCII code points
+    ["1", b"1", np.array([1], np.int32), "1", b"1", np.array([1], np.int64)],  # mixed types: per row, typed
+])
+def test_observation_keys_are_equal_exactly_when_observations_are(obs):
+    n = len(obs)
+    batch, index = bj.from_rows(["g"] * n, [f"t{i % 2}" for i in range(n)], [i // 2 for i in range(n)], obs,
+                                np.zeros(n, np.float32), np.full(n, bj.FAILURE))
+    keys = bj.to_rows(batch.obs_key, index)
+    def same(a, b):
+        return type(a) is type(b) and (np.array_equal(a, b) and a.dtype == b.dtype if isinstance(a, np.ndarray) else a == b)
+    for i in range(n):
+        for j in range(n):
+            assert bool(np.all(keys[i] == keys[j])) == same(obs[i], obs[j]), (obs[i], obs[j])
+
+
+def test_from_rows_merges_similar_observations_for_any_estimator():
+    from bepo_jax.envs.text import encode
+    from bepo_jax.similarity import SimilarityConfig
+
+    a = "you are in the kitchen. there is a red apple on the table and a knife."
+    texts = {"a": a, "a2": a.replace("knife", "knive"), "b": "the cellar is dark and damp. a chest stands there."}
+    rows = [("t0", 0, "a", 0.0), ("t0", 1, "b", 10.0), ("t1", 0, "a2", 0.0), ("t1", 1, "b", 0.0)]
+    tok = np.zeros((4, 96), np.int32)
+    for i, r in enumerate(rows):
+        e = encode(texts[r[2]])
+        tok[i, :len(e)] = e
+    cols = dict(uid=["g"] * 4, traj_uid=[r[0] for r in rows], step=[r[1] for r in rows],
+                obs_key=[texts[r[2]] for r in rows], reward=np.array([r[3] for r in rows], np.float32),
+                outcome=np.array([bj.SUCCESS, bj.SUCCESS, bj.FAILURE, bj.FAILURE]))
+    exact, _ = bj.from_rows(**cols)
+    merged, index = bj.from_rows(**cols, obs_tokens=tok, similarity=SimilarityConfig(threshold=0.8))
+    assert index.obs_tokens.shape == (1, 2, 2, 96)
+    k_exact, k_merged = bj.to_rows(exact.obs_key, index), bj.to_rows(merged.obs_key, index)
+    assert not np.array_equal(k_exact[0], k_exact[2]) and np.array_equal(k_merged[0], k_merged[2])
+    for name in ("gigpo", "hgpo"):  # (Gated-BEPO's gate stays closed here: one successor, b)
+        a_s = bj.to_rows(bj.compute_advantages(name, merged).advantage, index)
+        a_e = bj.to_rows(bj.compute_advantages(name, exact).advantage, index)
+        assert not np.allclose(a_s, a_e), name  # the merged start state changes the step credit
+    with pytest.raises(ValueError, match="needs obs_tokens"):
+        bj.from_rows(**cols, similarity=SimilarityConfig())

@@ -10,6 +10,9 @@ row in the original order.
 Statistics match verl-agent's on the same rows: the StepBatch's "step" weighting is
 its occurrence weighting (a trajectory of L rows counts L times in the episode-level
 mean/std), std is unbiased, and the singleton rules are those of docs/estimators.md.
+
+``from_rows`` is vectorised (NumPy grouping, one hashing pass over string
+observations): its cost is linear in the rows (``experiments/bench_advantages.py --rows``).
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+import jax
 import numpy as np
 
-from ..hashing import hash_observations
+from ..hashing import hash_observation, hash_tokens
+from ..similarity import SimilarityConfig, merge_similar
 from ..types import NUM_OUTCOMES, StepBatch
 
 
@@ -33,6 +38,7 @@ class RowIndex:
     groups: np.ndarray        # uid of each group b
     trajectories: np.ndarray  # traj_uid of each (b, k), padding slots None
     shape: tuple[int, int, int]
+    obs_tokens: Optional[np.ndarray] = None  # [B, K, T, W] when from_rows got obs_tokens
 
 
 def _column(name: str, x: Any, n: int) -> np.ndarray:
@@ -42,22 +48,95 @@ def _column(name: str, x: Any, n: int) -> np.ndarray:
     return a
 
 
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, list, np.ndarray]:
+    """Codes 0.. in order of first appearance, the distinct values in that order, and
+    the row of each value's first appearance. Integer arrays: one sort; anything else
+    (strings, mixed hashables): one dict pass."""
+    if values.dtype != object and (np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.str_)):
+        uniq, first, inv = np.unique(values, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(len(order), np.int64)
+        rank[order] = np.arange(len(order))
+        return rank[inv.reshape(-1)], uniq[order].tolist(), first[order]
+    seen: dict = {}
+    codes = np.fromiter((seen.setdefault(v, len(seen)) for v in values.tolist()), np.int64, count=len(values))
+    return codes, list(seen), np.unique(codes, return_index=True)[1]
+
+
+def _string_keys(obs: list) -> Optional[np.ndarray]:
+    """uint32 [R, 2] keys of a list of str (or of bytes) in one vectorised pass: the
+    UTF-8 bytes, four to a uint32 word, hashed with ``hash_tokens`` after a type word;
+    None when the list is not homogeneous or holds NUL characters (NumPy's fixed-width
+    byte strings drop trailing NULs, so those go through ``hash_observation``)."""
+    if not obs:
+        return None
+    kind = type(obs[0])
+    if kind not in (str, bytes) or not all(type(o) is kind for o in obs):
+        return None
+    if kind is str:
+        if "\x00" in "".join(obs):
+            return None
+        data = [o.encode("utf-8") for o in obs]
+    else:
+        if b"\x00" in b"".join(obs):
+            return None
+        data = obs
+    arr = np.array(data, dtype="S")
+    width = max(arr.dtype.itemsize, 1)
+    raw = np.frombuffer(arr.tobytes(), np.uint8).reshape(len(obs), arr.dtype.itemsize) if arr.dtype.itemsize else \
+        np.zeros((len(obs), 1), np.uint8)
+    raw = np.pad(raw, ((0, 0), (0, -width % 4)))
+    words = raw.view("<u4")  # no NUL bytes: an all-zero word is padding and nothing else
+    words = np.concatenate([np.full((len(obs), 1), 0x5354 if kind is str else 0x4259, np.uint32), words], axis=1)
+    mask = np.ones(words.shape, bool)
+    mask[:, 1:] = words[:, 1:] != 0
+    bucket = 1 << int(np.ceil(np.log2(words.shape[1])))  # few shapes: few compiles
+    words = np.pad(words, ((0, 0), (0, bucket - words.shape[1])))
+    mask = np.pad(mask, ((0, 0), (0, bucket - mask.shape[1])))
+    return np.asarray(_hash_rows(words, mask))
+
+
+@jax.jit
+def _hash_rows(words, mask):
+    return hash_tokens(words, mask)
+
+
+def _keys_of(obs_key, n: int) -> np.ndarray:
+    if isinstance(obs_key, np.ndarray) and obs_key.dtype == np.uint32:
+        return obs_key
+    if isinstance(obs_key, np.ndarray) and obs_key.dtype != object:
+        raise ValueError(f"from_rows: obs_key is a {obs_key.dtype} array; pass uint32 [R, 2] keys, one raw "
+                         "observation per row (a list of str, bytes or arrays), or token observations as obs_tokens.")
+    obs = obs_key.tolist() if isinstance(obs_key, np.ndarray) else list(obs_key)
+    keys = _string_keys(obs)
+    if keys is None:  # row by row: each row's observation is one leaf (str, bytes or an array)
+        keys = np.array([hash_observation(o) for o in obs], np.uint32).reshape(len(obs), 2)
+    return keys
+
+
 def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
-              shape: Optional[tuple[int, int, int]] = None) -> tuple[StepBatch, RowIndex]:
+              shape: Optional[tuple[int, int, int]] = None, obs_tokens=None,
+              similarity: Optional[SimilarityConfig] = None) -> tuple[StepBatch, RowIndex]:
     """Pad rows into a StepBatch.
 
     Args (one entry per row, any order):
       uid: group id (any hashable: strings, ints).   traj_uid: trajectory id.
       step: the step's index within its trajectory; each trajectory must hold steps
         0 .. L-1 exactly once.
-      obs_key: uint32 [R, 2] keys, or raw observations (strings, bytes, arrays), hashed
-        with ``hash_observations``.
+      obs_key: uint32 [R, 2] keys, or raw observations (strings, bytes, arrays). A list
+        of str (or of bytes) is hashed in one vectorised pass (equal strings, equal keys;
+        the keys differ from ``hash_observation``'s digests); anything else row by row
+        with ``hash_observation`` (typed: "1", b"1" and int32 [1] differ).
       reward: [R] step rewards.   outcome: [R] the trajectory's outcome code (equal
         on all its rows): SUCCESS (0), FAILURE (1), TRUNCATED (2); booleans such as
         verl-agent's ``won`` are refused (True would read as 1 = FAILURE).
       penalty: [R] or None.
+      obs_tokens: [R, W] integer tokens of each row's observation (PAD 0), needed for
+        ``similarity``; placed in ``RowIndex.obs_tokens`` [B, K, T, W].
+      similarity: a ``SimilarityConfig``: merge similar observations (``merge_similar``)
+        so that every graph estimator groups them; None = exact keys.
     """
-    uid = np.asarray(uid, dtype=object) if not isinstance(uid, np.ndarray) else uid
+    uid = uid if isinstance(uid, np.ndarray) else np.asarray(uid, dtype=object)
     n = len(uid)
     if n == 0:
         raise ValueError("from_rows got no rows.")
@@ -73,34 +152,35 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
     if not np.issubdtype(outcome.dtype, np.integer) and outcome.dtype != object:
         raise ValueError(f"from_rows: outcome has dtype {outcome.dtype}; pass integer outcome codes "
                          "SUCCESS (0), FAILURE (1), TRUNCATED (2).")
+    outcome = outcome.astype(np.int64)
     if penalty is not None:
         penalty = _column("penalty", penalty, n)
-    keys = obs_key if isinstance(obs_key, np.ndarray) and obs_key.dtype == np.uint32 else None
-    if keys is None:
-        obs = obs_key if isinstance(obs_key, np.ndarray) and obs_key.dtype == object else list(obs_key)
-        keys = hash_observations(obs)
-    keys = _column("obs_key", keys, n)
+    if similarity is not None and obs_tokens is None:
+        raise ValueError("from_rows: similarity merging needs obs_tokens ([R, W] tokens of each row's observation).")
+    if obs_tokens is not None:
+        obs_tokens = _column("obs_tokens", obs_tokens, n)
+        if obs_tokens.ndim != 2 or not np.issubdtype(obs_tokens.dtype, np.integer):
+            raise ValueError(f"from_rows: obs_tokens must be integer tokens [R, W]; got {obs_tokens.dtype} "
+                             f"{obs_tokens.shape}.")
+    keys = _column("obs_key", _keys_of(obs_key, n), n)
     if keys.shape != (n, 2):
         raise ValueError(f"from_rows: obs_key must be uint32 [R, 2] or one raw observation per row; got {keys.shape}.")
 
-    group_of, traj_of = {}, {}
-    b = np.empty(n, np.int64)
-    k = np.empty(n, np.int64)
-    for i in range(n):
-        g = group_of.setdefault(uid[i], len(group_of))
-        trajs = traj_of.setdefault(g, {})
-        key = traj_uid[i]
-        if key not in trajs:
-            for other_g, other in traj_of.items():
-                if other_g != g and key in other:
-                    raise ValueError(f"from_rows: traj_uid {key!r} appears in two groups (uid); a trajectory "
-                                     "belongs to one group.")
-            trajs[key] = len(trajs)
-        b[i], k[i] = g, trajs[key]
-    B = len(group_of)
-    K = max(len(t) for t in traj_of.values())
-    lengths = np.zeros((B, K), np.int64)
-    np.add.at(lengths, (b, k), 1)
+    b, group_names, _ = _factorize(uid)
+    traj, traj_names, first = _factorize(traj_uid)
+    traj_group = b[first]
+    if (bad := traj_group[traj] != b).any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"from_rows: traj_uid {traj_uid[i]!r} appears in two groups (uid); a trajectory "
+                         "belongs to one group.")
+    order = np.lexsort((first, traj_group))  # trajectories by group, then by first appearance
+    rank = np.empty(len(traj_names), np.int64)
+    starts = np.searchsorted(traj_group[order], traj_group[order], side="left")
+    rank[order] = np.arange(len(order)) - starts
+    k = rank[traj]
+    B = len(group_names)
+    K = int(rank.max()) + 1
+    lengths = np.bincount(b * K + k, minlength=B * K).reshape(B, K)
     T = int(lengths.max())
     if shape is not None:
         if len(shape) != 3 or any(want < have for want, have in zip(shape, (B, K, T))):
@@ -109,28 +189,26 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
         B, K, T = (int(x) for x in shape)
         lengths = np.pad(lengths, ((0, B - lengths.shape[0]), (0, K - lengths.shape[1])))
     t = step.astype(np.int64)
-    seen = np.zeros((B, K, T), bool)
     if (t < 0).any() or (t >= lengths[b, k]).any():
         i = int(np.argmax((t < 0) | (t >= lengths[b, k])))
         raise ValueError(f"from_rows: row {i} has step {t[i]} but its trajectory {traj_uid[i]!r} has "
                          f"{lengths[b[i], k[i]]} rows; steps must be 0 .. L-1.")
-    np.add.at(seen, (b, k, t), True)
-    counts = np.zeros((B, K, T), np.int64)
-    np.add.at(counts, (b, k, t), 1)
+    counts = np.bincount((b * K + k) * T + t, minlength=B * K * T).reshape(B, K, T)
     if (counts > 1).any():
         bb, kk, tt = np.argwhere(counts > 1)[0]
-        raise ValueError(f"from_rows: step {tt} of trajectory {list(traj_of[bb])[kk]!r} appears twice.")
+        name = traj_names[int(order[np.searchsorted(traj_group[order], bb) + kk])]
+        raise ValueError(f"from_rows: step {tt} of trajectory {name!r} appears twice.")
 
-    out_bk = np.full((B, K), -1, np.int64)
-    for i in range(n):
-        o = int(outcome[i])
-        if not 0 <= o < NUM_OUTCOMES:
-            raise ValueError(f"from_rows: row {i} has outcome {o}; use SUCCESS (0), FAILURE (1) or TRUNCATED (2).")
-        if out_bk[b[i], k[i]] not in (-1, o):
-            raise ValueError(f"from_rows: trajectory {traj_uid[i]!r} has two outcomes ({out_bk[b[i], k[i]]} and {o}); "
-                             "give every row of a trajectory its final outcome.")
-        out_bk[b[i], k[i]] = o
-    out_bk[out_bk < 0] = 1  # padding trajectories: any valid code
+    if (bad := (outcome < 0) | (outcome >= NUM_OUTCOMES)).any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"from_rows: row {i} has outcome {outcome[i]}; use SUCCESS (0), FAILURE (1) or TRUNCATED (2).")
+    traj_outcome = outcome[first]
+    if (bad := traj_outcome[traj] != outcome).any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"from_rows: trajectory {traj_uid[i]!r} has two outcomes ({traj_outcome[traj[i]]} and "
+                         f"{outcome[i]}); give every row of a trajectory its final outcome.")
+    out_bk = np.full((B, K), 1, np.int64)  # padding trajectories: any valid code
+    out_bk[traj_group, rank] = traj_outcome
 
     obs = np.zeros((B, K, T, 2), np.uint32)
     rew = np.zeros((B, K, T), np.float32)
@@ -142,14 +220,19 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
     mask = np.arange(T)[None, None, :] < lengths[..., None]
     batch = StepBatch(obs_key=obs, reward=rew, mask=mask, outcome=out_bk.astype(np.int32),
                       penalty=pen if penalty is not None else None)
+    tokens = None
+    if obs_tokens is not None:
+        tokens = np.zeros((B, K, T, obs_tokens.shape[1]), obs_tokens.dtype)
+        tokens[b, k, t] = obs_tokens
+        if similarity is not None:
+            merged = merge_similar(batch, tokens, similarity)
+            batch = dataclasses.replace(batch, obs_key=np.asarray(merged.obs_key))
     trajectories = np.full((B, K), None, dtype=object)
-    for g, trajs in traj_of.items():
-        for name, kk in trajs.items():
-            trajectories[g, kk] = name
+    trajectories[traj_group, rank] = np.asarray(traj_names + [None], dtype=object)[:-1]
     groups = np.empty(B, dtype=object)
-    for name, g in group_of.items():
-        groups[g] = name
-    return batch, RowIndex(b=b, k=k, t=t, groups=groups, trajectories=trajectories, shape=(B, K, T))
+    groups[: len(group_names)] = np.asarray(group_names + [None], dtype=object)[:-1]
+    return batch, RowIndex(b=b, k=k, t=t, groups=groups, trajectories=trajectories, shape=(B, K, T),
+                           obs_tokens=tokens)
 
 
 def to_rows(values, index: RowIndex) -> np.ndarray:
