@@ -54,7 +54,8 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
         prompts, pmasks = jax.vmap(build_prompt)(task, task_m, h_obs, h_obs_m, h_word, h_valid, obs, obs_m)
         seq, msk, resp, logp = sample_responses(
             model, prompts, pmasks, key, max_response=R, temperature=config.temperature,
-            table=table if config.constrained else None, table_valid=table_valid if config.constrained else None)
+            table=table if config.constrained else None, table_valid=table_valid if config.constrained else None,
+            decode=config.decode)
         action = jax.vmap(parse_response)(seq[:, P:], table, table_valid)
         return seq, msk, resp, logp, action
 

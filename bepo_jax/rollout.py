@@ -30,11 +30,14 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
-from ._config import check_int, check_range
+from ._config import check_choice, check_int, check_range
 from .envs.base import JaxEnv, env_reset, env_step, history_words, observation_keys, parse_response, word_table
 from .envs.text import BOS, EOS, PAD, SEP
 from .models.interface import token_logprobs
 from .types import StepBatch, outcome_codes
+
+
+DECODES = ("auto", "cached", "full")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -45,7 +48,9 @@ class RolloutConfig:
     sample only token sequences that spell an action word then EOS (the logits of every
     other token are masked), so a policy trained from scratch acts validly from the
     start; the recorded log-probs stay those of the unconstrained policy, which is what
-    the update evaluates."""
+    the update evaluates. decode ("auto"): how responses are sampled — "cached" (KV cache,
+    log-probs at sampling time), "full" (a full forward per token), "auto" (cached when the
+    model provides prefill/decode_step); see ``sample_responses``."""
 
     group_size: int = 8
     prompt_history: int = 2
@@ -53,6 +58,7 @@ class RolloutConfig:
     max_response: int = 6
     invalid_penalty: float = -0.1
     constrained: bool = False
+    decode: str = "auto"
 
     def __post_init__(self):
         n = "RolloutConfig"
@@ -61,6 +67,7 @@ class RolloutConfig:
         check_range(n, "temperature", self.temperature, lo=0.0, lo_open=True)
         check_int(n, "max_response", self.max_response, lo=2)
         check_range(n, "invalid_penalty", self.invalid_penalty, hi=0.0)
+        check_choice(n, "decode", self.decode, DECODES)
 
 
 def prompt_length(obs_len: int, prompt_history: int, word_len: int, task_len: int = 0) -> int:
@@ -103,48 +110,122 @@ def forced_positions(words: np.ndarray) -> list[bool]:
     return out
 
 
+def supports_decode(model) -> bool:
+    """Whether ``model`` provides the decode contract (models.interface): prefill + decode_step."""
+    return callable(getattr(model, "prefill", None)) and callable(getattr(model, "decode_step", None))
+
+
+def _constrain(logits, r, table, word_alive):
+    """Mask the logits to the next tokens of the still-possible words; also the token
+    when only one word is left (``only``)."""
+    cand = jnp.take(table, jnp.minimum(r, table.shape[-1] - 1), axis=2)  # [N, A] next token of each word
+    allowed = jnp.any(word_alive[:, :, None] & (cand[:, :, None] == jnp.arange(logits.shape[-1])), axis=1)
+    only = jnp.take_along_axis(cand, jnp.argmax(word_alive, axis=1)[:, None], axis=1)[:, 0]
+    return jnp.where(allowed, logits, -jnp.inf), cand, only
+
+
 def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool[Array, "N P"], key, *,
                      max_response: int, temperature: float, table: Optional[Int[Array, "N A W1"]] = None,
-                     table_valid: Optional[Bool[Array, "N A"]] = None, forced: Optional[list[bool]] = None):
-    """Autoregressive sampling of ``max_response`` tokens for N prompts (a full forward
-    per token). With ``table`` (each row's words + EOS) only those words can be sampled
-    (constrained decoding); ``forced[r]`` (from ``forced_positions`` of a fixed table)
-    marks positions whose token the earlier ones determine: they need no forward pass
-    (for up/down/left/right only the first letter is sampled). The log-probs come from
-    one forward over the whole sequence at the end. Returns (tokens, mask,
-    response_mask, old_logp), each [N, L]."""
+                     table_valid: Optional[Bool[Array, "N A"]] = None, forced: Optional[list[bool]] = None,
+                     decode: str = "auto"):
+    """Autoregressive sampling of ``max_response`` tokens for N prompts. With ``table``
+    (each row's words + EOS) only those words can be sampled (constrained decoding);
+    ``forced[r]`` (from ``forced_positions`` of a fixed table) marks positions whose token
+    the earlier ones determine (taken without a draw). The recorded log-probs are those of
+    the unconstrained policy at temperature 1. Returns (tokens, mask, response_mask,
+    old_logp), each [N, L].
+
+    ``decode``: "cached" — one ``prefill`` of the prompts, then one ``decode_step`` per
+    token in a ``lax.scan``, log-probs taken at sampling time; "full" — a full forward per
+    sampled position (skipping determined ones) and one more at the end for the log-probs
+    (the reference path, for models without the decode contract); "auto" — cached when
+    the model provides it. Both draw the same keys: same tokens, log-probs equal to
+    float32 tolerance."""
+    if decode not in DECODES:
+        raise ValueError(f"sample_responses: decode={decode!r}; use one of {DECODES}.")
+    cached = supports_decode(model) if decode == "auto" else decode == "cached"
+    if cached and not supports_decode(model):
+        raise ValueError(f"decode='cached' needs a model with prefill() and decode_step() (models.interface); "
+                         f"{type(model).__name__} has none: use decode='full' or 'auto'.")
+    fn = _sample_cached if cached else _sample_full
+    return fn(model, prompts, pmasks, key, max_response=max_response, temperature=temperature, table=table,
+              table_valid=table_valid, forced=forced)
+
+
+def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, table, table_valid, forced):
+    N, P = prompts.shape
+    R = max_response
+    logits, cache = model.prefill(prompts, pmasks, P + R)
+    forced_r = None
+    if forced is not None:
+        forced_r = jnp.asarray([forced[min(r, len(forced) - 1)] for r in range(R)])
+    word_alive = table_valid if table is not None else jnp.zeros((N, 1), bool)
+
+    def pick(logits, r, alive, word_alive, key):
+        key, sub = jax.random.split(key)
+        logp_all = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+        if table is not None:
+            masked, cand, only = _constrain(logits, r, table, word_alive)
+            tok = jax.random.categorical(sub, masked / temperature, axis=-1).astype(jnp.int32)
+            if forced_r is not None:
+                tok = jnp.where(forced_r[r], only, tok)
+        else:
+            tok = jax.random.categorical(sub, logits / temperature, axis=-1).astype(jnp.int32)
+        tok = jnp.where(alive, tok, PAD)
+        if table is not None:
+            word_alive = word_alive & (cand == tok[:, None])
+        logp = jnp.where(alive, jnp.take_along_axis(logp_all, tok[:, None], axis=-1)[:, 0], 0.0)
+        return tok, logp, word_alive, key
+
+    def body(carry, r):
+        logits, cache, alive, word_alive, key = carry
+        tok, logp, word_alive, key = pick(logits, r, alive, word_alive, key)
+        logits, cache = model.decode_step(tok, P + r, alive, cache)
+        return (logits, cache, alive & (tok != EOS), word_alive, key), (tok, alive, logp)
+
+    alive = jnp.ones((N,), bool)
+    (logits, _, alive_last, word_alive, key), (toks, alives, logps) = jax.lax.scan(
+        body, (logits, cache, alive, word_alive, key), jnp.arange(R - 1))
+    tok, logp, _, _ = pick(logits, R - 1, alive_last, word_alive, key)  # the last token needs no decode step
+    toks = jnp.concatenate([toks.T, tok[:, None]], axis=1)
+    alives = jnp.concatenate([alives.T, alive_last[:, None]], axis=1)
+    logps = jnp.concatenate([logps.T, logp[:, None]], axis=1)
+    seq = jnp.concatenate([prompts, toks], axis=1)
+    msk = jnp.concatenate([pmasks, alives], axis=1)
+    resp = jnp.concatenate([jnp.zeros_like(pmasks), alives], axis=1)
+    logp = jnp.concatenate([jnp.zeros((N, P), jnp.float32), logps], axis=1)
+    return seq, msk, resp, jnp.where(resp, logp, 0.0)
+
+
+def _sample_full(model, prompts, pmasks, key, *, max_response, temperature, table, table_valid, forced):
     N, P = prompts.shape
     R = max_response
     L = P + R
     seq = jnp.concatenate([prompts, jnp.full((N, R), PAD, jnp.int32)], axis=1)
     msk = jnp.concatenate([pmasks, jnp.zeros((N, R), bool)], axis=1)
     alive = jnp.ones((N,), bool)
-    if table is not None:
-        word_alive = table_valid
-        W1 = table.shape[-1]
+    word_alive = table_valid
     for r in range(R):
         key, sub = jax.random.split(key)
-        if table is not None:
-            cand = table[:, :, min(r, W1 - 1)]  # [N, A] the next token of each word
 
-        def sampled(seq, msk, sub, cand=None, word_alive=None):
+        def sampled(seq, msk, sub, word_alive=None):
             logits = model(seq, msk | (jnp.arange(L) == P + r)[None])[:, P + r - 1]
-            if cand is not None:
-                allowed = jnp.any(word_alive[:, :, None] & (cand[:, :, None] == jnp.arange(logits.shape[-1])), axis=1)
-                logits = jnp.where(allowed, logits, -jnp.inf)
+            if table is not None:
+                logits = _constrain(logits, r, table, word_alive)[0]
             return jax.random.categorical(sub, logits / temperature, axis=-1).astype(jnp.int32)
 
         if table is None:
             tok = sampled(seq, msk, sub)
         else:
-            only = jnp.take_along_axis(cand, jnp.argmax(word_alive, axis=1)[:, None], axis=1)[:, 0]
+            cand, only = _constrain(jnp.zeros((N, 1)), r, table, word_alive)[1:]
+            W1 = table.shape[-1]
             if forced is not None and forced[min(r, W1 - 1)]:
                 tok = only  # statically determined: no forward pass
             elif forced is not None:
-                tok = sampled(seq, msk, sub, cand, word_alive)
+                tok = sampled(seq, msk, sub, word_alive)
             else:  # per-row tables (host loop): skip the forward when every alive row is determined
                 determined = jnp.all(jnp.where(word_alive, cand == only[:, None], True), axis=1) | ~alive
-                tok = jax.lax.cond(jnp.all(determined), lambda *a: only, sampled, seq, msk, sub, cand, word_alive)
+                tok = jax.lax.cond(jnp.all(determined), lambda *a: only, sampled, seq, msk, sub, word_alive)
         tok = jnp.where(alive, tok, PAD)
         if table is not None:
             word_alive = word_alive & (cand == tok[:, None])
@@ -219,7 +300,7 @@ def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = Rollout
                     h_obs, word, h_valid, obs)
             seq, msk, resp, logp = sample_responses(model, prompts, pmasks, key_t, max_response=config.max_response,
                                                     temperature=config.temperature, table=table,
-                                                    table_valid=table_valid, forced=forced)
+                                                    table_valid=table_valid, forced=forced, decode=config.decode)
             action = jax.vmap(parse_response, in_axes=(0, None, None))(
                 seq[:, P:], jnp.asarray(words), jnp.ones((words.shape[0],), bool))
             key_obs = observation_keys(env, state.inner)

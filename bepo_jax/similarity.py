@@ -27,9 +27,10 @@ be Jaccard ~0.75; word reordering keeps most grams (Jaccard high) while it break
 matching blocks (ratio lower). ``experiments/similarity_agreement.py`` measures the
 agreement of the two on TextWorld observations.
 
-Cost per group of N records: O(N W) for the signatures and O(N^2 num_bins) for the
-clustering (a ``fori_loop`` over records, each compared with every earlier leader),
-vmapped over groups; no [N, N] matrix is kept.
+Cost per group of N records: O(N W) for the signatures and O(U N num_bins) for the
+clustering, U the number of distinct observations in the group (a ``while_loop`` over
+them, each compared with every earlier leader), vmapped over groups (the loop runs to
+the largest U); no [N, N] matrix is kept.
 """
 
 from __future__ import annotations
@@ -129,20 +130,47 @@ def _similar(sig_i, sigs, threshold):
     return jnp.where(either > 0, both * THRESHOLD_SCALE >= q * either, True)
 
 
+def _first_twins(keys: UInt32[Array, "N 2"], valid: Bool[Array, "N"]) -> Int[Array, "N"]:
+    """Index of the first valid record with the same key (a record itself when it is the
+    first, or invalid): one sort, no [N, N] comparison."""
+    N = keys.shape[0]
+    idx = jnp.arange(N)
+    order = jnp.lexsort((idx, keys[:, 1], keys[:, 0], ~valid))
+    k0, k1, v = keys[order, 0], keys[order, 1], valid[order]
+    new = jnp.concatenate([jnp.ones((1,), bool), (k0[1:] != k0[:-1]) | (k1[1:] != k1[:-1]) | (v[1:] != v[:-1])])
+    start = jax.lax.cummax(jnp.where(new, idx, 0))
+    first = jnp.zeros((N,), idx.dtype).at[order].set(order[start])
+    return jnp.where(valid, first, idx)
+
+
 def leader_clusters(sigs: UInt32[Array, "N M"], valid: Bool[Array, "N"], threshold) -> Int[Array, "N"]:
     """Leader index of every record of one group (module doc, step 3); invalid records
-    lead themselves and never attract others."""
+    lead themselves and never attract others.
+
+    Records with identical signatures are similarity 1 to each other and compare alike
+    with every leader, so they end in the same cluster: only the distinct signatures
+    (U of them, in record order) go through the loop — a ``while_loop`` of U steps, each
+    comparing one signature with the earlier leaders — and the others copy the result of
+    their first twin. Equal, record for record, to the plain rule over all N records."""
     N = sigs.shape[0]
     idx = jnp.arange(N)
+    twin = _first_twins(hash_tokens(sigs, jnp.ones(sigs.shape, bool)), valid)
+    rep = valid & (twin == idx)
+    U = jnp.sum(rep)
+    reps = jnp.nonzero(rep, size=N, fill_value=0)[0]  # distinct signatures, in record order
+    rsigs = sigs[reps]
 
-    def body(i, leader):
-        earlier_leaders = (leader == idx) & valid & (idx < i)
-        cand = earlier_leaders & _similar(sigs[i], sigs, threshold)
-        first = jnp.argmax(cand)
-        take = valid[i] & jnp.any(cand)
-        return leader.at[i].set(jnp.where(take, first, i))
+    def cond(c):
+        return c[0] < U
 
-    return jax.lax.fori_loop(0, N, body, idx)
+    def body(c):
+        u, lead = c
+        cand = (lead == idx) & (idx < u) & _similar(rsigs[u], rsigs, threshold)
+        return u + 1, lead.at[u].set(jnp.where(jnp.any(cand), jnp.argmax(cand), u))
+
+    _, lead = jax.lax.while_loop(cond, body, (jnp.zeros((), U.dtype), idx))
+    pos = jnp.cumsum(rep) - 1  # a representative's place among the distinct signatures
+    return jnp.where(valid, reps[lead[pos[twin]]], idx)
 
 
 def similarity_clusters(obs_tokens: Int[Array, "B K T W"], mask: Bool[Array, "B K T"],

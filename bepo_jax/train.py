@@ -176,9 +176,16 @@ class Setup:
         self._eval = None
 
     # -- one iteration ------------------------------------------------------------------
+    def advantages(self, batch):
+        """The estimator's output on a StepBatch (per group: any number of groups)."""
+        return self.estimator.kernel(batch, self.est_cfg)
+
     def _learn(self, state: TrainState, ro: Rollout):
         """Advantages of the rollout, the update, and the iteration's metrics (traceable)."""
-        out = self.estimator.kernel(ro.batch, self.est_cfg)
+        return self.learn_from(state, ro, self.advantages(ro.batch))
+
+    def learn_from(self, state: TrainState, ro: Rollout, out):
+        """The update and the iteration's metrics given the estimator's output (traceable)."""
         adv = to_token_advantages(out.advantage, ro.response_mask)
         L = ro.tokens.shape[-1]
         flat = lambda x: x.reshape(-1, L)
@@ -210,21 +217,32 @@ class Setup:
         idx = jax.random.choice(key, self.pool_size, (self.cfg.groups,), replace=self.pool_size < self.cfg.groups)
         return idx
 
+    def iteration_key(self, it: int):
+        """The PRNG key of iteration ``it`` (task draw and rollout), from the run's seed."""
+        return jax.random.fold_in(jax.random.PRNGKey(self.cfg.seed), it)
+
+    def rollout_fn(self, state: TrainState, tasks, key) -> Rollout:
+        """The iteration's rollout (JAX environments): draw B of ``tasks`` with ``key``'s
+        first half, roll them out with its second."""
+        k_task, k_roll = jax.random.split(key)
+        chosen = jax.tree_util.tree_map(lambda x: x[self._draw(k_task)], tasks)
+        return self.rollout(state.params, chosen, k_roll)
+
+    def iteration_fn(self, state: TrainState, tasks, key):
+        """One fused iteration as a pure function (JAX environments): draw B of ``tasks``,
+        roll out, compute advantages, update. Traceable (``multiseed`` vmaps its parts)."""
+        return self._learn(state, self.rollout_fn(state, tasks, key))
+
     def iterate(self, state: TrainState, it: int):
         """One iteration: (state, metrics as floats)."""
-        key = jax.random.fold_in(jax.random.PRNGKey(self.cfg.seed), it)
-        k_task, k_roll = jax.random.split(key)
+        key = self.iteration_key(it)
         if not self.host:
             if self._iteration is None:
-                tasks = jax.tree_util.tree_map(jnp.asarray, self.train_tasks)
-
-                def fused(state, k_task, k_roll):
-                    chosen = jax.tree_util.tree_map(lambda x: x[self._draw(k_task)], tasks)
-                    return self._learn(state, self.rollout(state.params, chosen, k_roll))
-
-                self._iteration = jax.jit(fused, donate_argnums=(0,))
-            state, m = self._iteration(state, k_task, k_roll)
+                self._iteration = jax.jit(self.iteration_fn, donate_argnums=(0,))
+                self._tasks = jax.tree_util.tree_map(jnp.asarray, self.train_tasks)
+            state, m = self._iteration(state, self._tasks, key)
         else:
+            k_task, k_roll = jax.random.split(key)
             idx = np.asarray(self._draw(k_task))
             ro = self.rollout(state.params, [self.train_tasks[i] for i in idx], k_roll)
             if self._update is None:

@@ -1,5 +1,6 @@
-"""Benchmark: the fully jitted Sokoban rollout loop against a host-driven loop of the
-same policy (environment steps per second, one run).
+"""Benchmark: rollout throughput — KV-cached against full-forward decoding, the fully
+jitted Sokoban rollout loop against a host-driven loop of the same policy
+(environment steps per second, one run).
 
 * jitted — ``bepo_jax.rollout.make_rollout``: reset, prompts, sampling, parsing, env
   steps and hashing for all B x K episodes in one compiled ``lax.scan`` program.
@@ -8,12 +9,17 @@ same policy (environment steps per second, one run).
   environment stepped from Python (one jitted call per episode and step), prompts
   built and observations hashed on the host.
 
-Two policies: the main job's DecoderLM (1 layer, width 64: policy compute dominates) and a
-uniform policy (no network: what the loop itself costs). Env steps = valid (in-episode)
-steps; compile time excluded (one warm-up call per variant). Writes
+Two policies: the main job's DecoderLM (1 layer, width 64: policy compute dominates),
+decoded "full" (a full forward per sampled position and one more for the log-probs) and
+"cached" (prefill + one KV-cached step per token, log-probs at sampling time); and a
+uniform policy (no network: what the loop itself costs). Two settings: Sokoban with
+constrained decoding (8 response tokens), and long unconstrained responses (25 tokens,
+the TextWorld commands' budget). Env steps = valid (in-episode) steps; compile time
+excluded (one warm-up call per variant). Also one forward pass at 48 and 146 tokens.
+Every row carries env, policy, decode, loop, groups, steps_per_s. Writes
 experiments/results/bench_env_loop.{md,json}.
 
-    python experiments/bench_env_loop.py            # ~3 min on 2 CPU cores
+    python experiments/bench_env_loop.py            # ~10 min on 2 CPU cores
     python experiments/bench_env_loop.py --backend gpu --out experiments/results/gpu
 """
 
@@ -65,58 +71,112 @@ def _time(fn, repeats):
     return best[i], steps[i]
 
 
-def run(groups, repeats):
-    env = sk.SokobanEnv(sk.SokobanConfig())
-    cfg = RolloutConfig(group_size=8, constrained=True, max_response=8)
-    P = prompt_length(env.obs_len, cfg.prompt_history, 5)
-    policies = {
-        "decoder_lm (1 layer, width 64)": DecoderLM(TransformerConfig(vocab=VOCAB, layers=1, width=64, heads=4,
-                                                                      context=P + cfg.max_response), rngs=nnx.Rngs(0)),
-        "uniform (no network)": UniformLM(),
-    }
+SETTINGS = {  # env label -> rollout settings
+    "sokoban": dict(constrained=True, max_response=8),
+    "sokoban, long unconstrained responses (25 tokens, TextWorld commands' length)": dict(constrained=False,
+                                                                                          max_response=25),
+}
+
+
+def _row(env, policy, decode, loop, groups, seconds, steps):
+    row = dict(env=env, policy=policy, decode=decode, loop=loop, groups=groups, episodes=groups * 8,
+               seconds=seconds, steps=steps, steps_per_s=steps / seconds)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def run(groups, repeats, host_max_groups):
+    """Every (setting, policy, decode, loop, B) row; compile excluded (a warm-up call each)."""
+    sk_env = sk.SokobanEnv(sk.SokobanConfig())
     rows = []
-    for pname, model in policies.items():
-        params = nnx.state(model, nnx.Param)
-        for B in groups:
-            levels = env.sample_tasks(B, 0)
-            jitted = jax.jit(make_rollout(model, env, cfg))
-            jt, js = _time(lambda r: jitted(params, levels, jax.random.PRNGKey(r)), repeats)
-            host = make_host_rollout(model, lambda: JaxEnvOnHost(env), cfg, max_steps=env.max_steps,
-                                     obs_len=env.obs_len, word_width=5, max_commands=4)
-            tasks = [sk.level_at(levels, i) for i in range(B)]
-            ht, hs = _time(lambda r: host(params, tasks, jax.random.PRNGKey(r)), max(1, repeats // 2))
-            row = dict(policy=pname, groups=B, episodes=B * cfg.group_size, jitted_s=jt, jitted_steps=js,
-                       jitted_steps_per_s=js / jt, host_s=ht, host_steps=hs, host_steps_per_s=hs / ht,
-                       speedup=(js / jt) / (hs / ht))
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+    for env_label, setting in SETTINGS.items():
+        P = prompt_length(sk_env.obs_len, 2, 5)
+        policies = {"decoder_lm (1 layer, width 64)": DecoderLM(TransformerConfig(
+            vocab=VOCAB, layers=1, width=64, heads=4, context=P + setting["max_response"]), rngs=nnx.Rngs(0))}
+        if env_label == "sokoban":
+            policies["uniform (no network)"] = UniformLM()
+        for pname, model in policies.items():
+            params = nnx.state(model, nnx.Param)
+            decodes = ("full", "cached") if pname.startswith("decoder") else ("full",)
+            for decode in decodes:
+                cfg = RolloutConfig(group_size=8, decode=decode, **setting)
+                for B in groups:
+                    levels = sk_env.sample_tasks(B, 0)
+                    jitted = jax.jit(make_rollout(model, sk_env, cfg))
+                    sec, steps = _time(lambda r: jitted(params, levels, jax.random.PRNGKey(r)), repeats)
+                    rows.append(_row(env_label, pname, decode, "jitted", B, sec, steps))
+                    if B > host_max_groups:
+                        continue
+                    host = make_host_rollout(model, lambda: JaxEnvOnHost(sk_env), cfg, max_steps=sk_env.max_steps,
+                                             obs_len=sk_env.obs_len, word_width=5, max_commands=4)
+                    tasks = [sk.level_at(levels, i) for i in range(B)]
+                    sec, steps = _time(lambda r: host(params, tasks, jax.random.PRNGKey(r)), max(1, repeats // 2))
+                    rows.append(_row(env_label, pname, decode, "host", B, sec, steps))
     return rows
+
+
+def forward_rows(lengths=(48, 146), n=64, repeats=20):
+    """One forward pass of the default policy over n prompts of L tokens (the attention
+    cost the issue measured: 4.2 ms at 48 and 46 ms at 146 tokens before this change)."""
+    out = []
+    for L in lengths:
+        model = DecoderLM(TransformerConfig(vocab=VOCAB, layers=1, width=64, heads=4, context=L), rngs=nnx.Rngs(0))
+        tok = jnp.asarray(np.random.default_rng(0).integers(4, VOCAB, (n, L)), jnp.int32)
+        mask = jnp.ones((n, L), bool)
+        fwd = jax.jit(lambda t, m: model(t, m))
+        jax.block_until_ready(fwd(tok, mask))
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fwd(tok, mask))
+            times.append(time.perf_counter() - t0)
+        out.append(dict(sequences=n, length=L, forward_ms=float(np.median(times)) * 1e3))
+        print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def speedups(rows):
+    """cached over full steps/s for every (env, loop, groups) measured both ways."""
+    key = lambda r: (r["env"], r["policy"], r["loop"], r["groups"])
+    full = {key(r): r for r in rows if r["decode"] == "full"}
+    return [dict(env=r["env"], loop=r["loop"], groups=r["groups"], cached_over_full=r["steps_per_s"] / full[key(r)]["steps_per_s"])
+            for r in rows if r["decode"] == "cached" and key(r) in full]
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--groups", default="8,32", help="comma-separated B (K = 8 each)")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--host-max-groups", type=int, default=32, help="run the host loop up to this many groups")
     p.add_argument("--backend", choices=("cpu", "gpu", "tpu"), default=None)
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     args = p.parse_args()
     if args.backend:
         jax.config.update("jax_platforms", args.backend)
-    rows = run([int(x) for x in args.groups.split(",")], args.repeats)
+    fwd = forward_rows()
+    rows = run([int(x) for x in args.groups.split(",")], args.repeats, args.host_max_groups)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     info = dict(machine=machine(), command="python experiments/bench_env_loop.py " + " ".join(sys.argv[1:]),
-                rows=rows)
+                rows=rows, forward=fwd, speedups=speedups(rows))
     (out / "bench_env_loop.json").write_text(json.dumps(info, indent=2))
     m = info["machine"]
-    lines = ["# Jitted vs host-driven Sokoban rollouts (environment steps / s)", "",
+    lines = ["# Rollout throughput: cached vs full decoding, jitted vs host loop (environment steps / s)", "",
              f"Command: `{info['command']}`  ",
              f"Machine: {m['platform']}, {m['cpu_count']} CPUs, backend {m['backend']} ({m['device']}); "
-             f"jax {m['jax']}. K = 8, 10 steps, h = 2, constrained decoding; best of the repeats, compile excluded.", "",
-             "| policy | groups x K | jitted steps/s | host steps/s | jitted / host |", "|---|---|---|---|---|"]
+             f"jax {m['jax']}. K = 8, Sokoban (10 steps, h = 2); best of the repeats, compile excluded. "
+             "decode: full = a full forward per sampled position + one for the log-probs; cached = prefill + "
+             "one KV-cached step per token, log-probs at sampling time.", "",
+             "| env | policy | decode | loop | groups x K | steps/s |", "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['policy']} | {r['groups']} x 8 | {r['jitted_steps_per_s']:,.0f} | "
-                     f"{r['host_steps_per_s']:,.0f} | {r['speedup']:.1f}x |")
+        lines.append(f"| {r['env']} | {r['policy']} | {r['decode']} | {r['loop']} | {r['groups']} x 8 | "
+                     f"{r['steps_per_s']:,.0f} |")
+    lines += ["", "Cached over full (same env, loop and size):", "", "| env | loop | groups | cached / full |",
+              "|---|---|---|---|"]
+    lines += [f"| {s['env']} | {s['loop']} | {s['groups']} | {s['cached_over_full']:.1f}x |" for s in info["speedups"]]
+    lines += ["", "One forward pass of the default policy (1 layer, width 64), 64 sequences, all tokens real:", "",
+              "| tokens | forward |", "|---|---|"]
+    lines += [f"| {f['length']} | {f['forward_ms']:.1f} ms |" for f in fwd]
     (out / "bench_env_loop.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -8,7 +8,7 @@ Two tables, one run:
   (micro-batches through ``grad_accum`` above a per-model size): updates/s, sequences/s,
   tokens/s, model FLOP/s (``model_flops``), compile time.
 * ``iteration`` — ``train.Setup.iterate`` of the main job (``RunConfig()``: rollout of
-  B x 8 Sokoban episodes with the full-forward decoder, Gated-BEPO, the update, all in
+  B x 8 Sokoban episodes (KV-cached decoding), Gated-BEPO, the update, all in
   one jitted program) at several B: iterations/s and environment steps/s.
 
 Compile time is excluded from the rates (one warm-up call per variant); rates are the

@@ -61,11 +61,14 @@ def compare_sokoban() -> str:
 
 def env_loop() -> str:
     d = _load("bench_env_loop.json")
-    lines = ["| policy | groups x K | jitted steps/s | host-loop steps/s | jitted / host |", "|---|---|---|---|---|"]
-    for r in d["rows"]:
-        k = r["episodes"] // r["groups"]
-        lines.append(f"| {r['policy']} | {r['groups']} x {k} | {r['jitted_steps_per_s']:,.0f} | "
-                     f"{r['host_steps_per_s']:,.0f} | {r['speedup']:.1f}x |")
+    cell = {(r["env"], r["policy"], r["groups"], r["decode"], r["loop"]): r["steps_per_s"] for r in d["rows"]}
+    keys = list(dict.fromkeys((r["env"], r["policy"], r["groups"]) for r in d["rows"]))
+    fmt = lambda x: "" if x is None else f"{x:,.0f}"
+    lines = ["| setting | policy | groups x K | full, jitted | cached, jitted | full, host | cached, host |",
+             "|---|---|---|---|---|---|---|"]
+    for env, pol, g in keys:
+        vals = [cell.get((env, pol, g, dec, loop)) for loop in ("jitted", "host") for dec in ("full", "cached")]
+        lines.append(f"| {env} | {pol} | {g} x 8 | " + " | ".join(fmt(v) for v in vals) + " |")
     return "\n".join(lines)
 
 

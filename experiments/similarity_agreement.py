@@ -40,6 +40,7 @@ import numpy as np  # noqa: E402
 
 import bepo_jax as bj  # noqa: E402
 from bepo_jax.envs.text import ALPHABET, encode  # noqa: E402
+from bepo_jax.reference import ref_leader_clusters  # noqa: E402
 from bepo_jax.similarity import SimilarityConfig, merge_similar, similarity_clusters  # noqa: E402
 from experiments.bench_advantages import machine  # noqa: E402
 
@@ -76,16 +77,7 @@ def collect_groups(games: int, k: int, steps: int, seed: int) -> list[list[list[
 
 def reference_clusters(obs: list[str], thresh: float = 0.95) -> list[int]:
     """verl-agent's rule: the first earlier cluster whose representative is similar enough."""
-    leaders, out = [], []
-    for i, o in enumerate(obs):
-        for j in leaders:
-            if SequenceMatcher(None, o, obs[j]).ratio() >= thresh:
-                out.append(j)
-                break
-        else:
-            leaders.append(i)
-            out.append(i)
-    return out
+    return ref_leader_clusters(len(obs), lambda i, j: SequenceMatcher(None, obs[i], obs[j]).ratio() >= thresh)
 
 
 def exact_clusters(obs: list[str]) -> list[int]:

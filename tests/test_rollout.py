@@ -112,3 +112,108 @@ def test_rollout_config_errors():
         make_rollout(model, sk.SokobanEnv(), RolloutConfig(max_response=4))
     with pytest.raises(ValueError, match="invalid_penalty=1.0 is out of range"):
         RolloutConfig(invalid_penalty=1.0)
+
+
+# ------------------------------------------------------------------ KV-cache decoding
+
+def _reference_logits(model, tokens, mask):
+    """The decoder's forward written out with an explicit [N, L, L] mask (the earlier
+    implementation): causal, padded keys hidden, a padded query sees itself only."""
+    N, L = tokens.shape
+    h = model.embed(tokens) + model.pos(jnp.arange(L))[None]
+    m = jnp.tril(jnp.ones((L, L), bool))[None] & mask[:, None, :] & mask[:, :, None] | jnp.eye(L, dtype=bool)[None]
+    for blk in model.blocks:
+        q, k, v = blk._qkv(h)
+        s = jnp.einsum("nqhd,nkhd->nhqk", q, k) / jnp.sqrt(q.shape[-1])
+        att = jax.nn.softmax(jnp.where(m[:, None], s, jnp.finfo(s.dtype).min), axis=-1)
+        h = blk._out(h, jnp.einsum("nhqk,nkhd->nqhd", att, v))
+    return model.head(model.ln_f(h))
+
+
+def _random_prompts(seed, n, p):
+    rng = np.random.default_rng(seed)
+    pm = rng.random((n, p)) < 0.75
+    pm[:, 0] = pm[:, -1] = True  # BOS and SEP: prompts start and end with a real token
+    return np.where(pm, rng.integers(4, VOCAB, (n, p)), 0).astype(np.int32), pm
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_attention_without_mask_tensors_equals_the_explicit_mask_at_real_positions(seed):
+    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, layers=2, width=32, heads=4, context=24),
+                                rngs=nnx.Rngs(seed))
+    tok, pm = _random_prompts(seed, 5, 24)
+    got, want = np.asarray(model(tok, pm)), np.asarray(_reference_logits(model, jnp.asarray(tok), jnp.asarray(pm)))
+    np.testing.assert_allclose(got[pm], want[pm], rtol=1e-5, atol=1e-5)
+    assert np.all(np.isfinite(got))  # padded positions are finite too (no all-masked NaN rows)
+
+
+def test_prefill_and_decode_steps_give_the_full_forward_logits():
+    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, layers=2, width=32, heads=4, context=30),
+                                rngs=nnx.Rngs(2))
+    tok, pm = _random_prompts(3, 4, 30)
+    P = 18
+    full = np.asarray(model(tok, pm))
+    logits, cache = model.prefill(jnp.asarray(tok[:, :P]), jnp.asarray(pm[:, :P]), 30)
+    np.testing.assert_allclose(np.asarray(logits), full[:, P - 1], rtol=1e-5, atol=1e-5)
+    step = jax.jit(model.decode_step)
+    for pos in range(P, 30):
+        logits, cache = step(jnp.asarray(tok[:, pos]), jnp.int32(pos), jnp.asarray(pm[:, pos]), cache)
+        real = pm[:, pos]  # the output at a real position is the full forward's
+        np.testing.assert_allclose(np.asarray(logits)[real], full[real, pos], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("constrained,per_row,temperature", [(False, False, 1.0), (True, False, 0.7), (True, True, 2.0)])
+def test_cached_sampling_equals_the_full_forward_path(constrained, per_row, temperature):
+    from bepo_jax.rollout import forced_positions, sample_responses
+
+    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, layers=2, width=32, heads=4, context=40),
+                                rngs=nnx.Rngs(4))
+    tok, pm = _random_prompts(5, 16, 32)
+    kw = {}
+    if constrained:
+        words = WORDS
+        table = jnp.broadcast_to(jnp.asarray(words), (16,) + words.shape)
+        valid = jnp.asarray(np.random.default_rng(0).random((16, words.shape[0])) < 0.7) | (jnp.arange(4) == 0)
+        kw = dict(table=table, table_valid=valid, forced=None if per_row else forced_positions(words))
+    out = {d: sample_responses(model, tok, pm, jax.random.key(7), max_response=8, temperature=temperature,
+                               decode=d, **kw) for d in ("full", "cached")}
+    for name, a, b in zip(("tokens", "mask", "response_mask"), out["full"][:3], out["cached"][:3]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+    np.testing.assert_allclose(np.asarray(out["cached"][3]), np.asarray(out["full"][3]), rtol=1e-5, atol=2e-5)
+    if constrained:  # every row spelled one of its allowed words
+        acts = np.asarray(jax.vmap(parse_response)(out["cached"][0][:, 32:], kw["table"], kw["table_valid"]))
+        assert np.all(acts >= 0) and np.all(np.asarray(kw["table_valid"])[np.arange(16), acts])
+
+
+def test_rollouts_with_cached_and_full_decoding_are_the_same():
+    env = sk.SokobanEnv(sk.SokobanConfig(max_steps=4))
+    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, context=prompt_length(42, 2, 5) + 8, layers=1,
+                                                            width=16, heads=2), rngs=nnx.Rngs(0))
+    levels = sk.generate_levels(2, config=env.config, seed=1)
+    params = nnx.state(model, nnx.Param)
+    outs = {d: jax.jit(make_rollout(model, env, RolloutConfig(group_size=3, constrained=True, max_response=8,
+                                                                decode=d)))(params, levels, jax.random.PRNGKey(3))
+            for d in ("full", "cached")}
+    np.testing.assert_array_equal(np.asarray(outs["full"].tokens), np.asarray(outs["cached"].tokens))
+    np.testing.assert_array_equal(np.asarray(outs["full"].actions), np.asarray(outs["cached"].actions))
+    np.testing.assert_allclose(np.asarray(outs["cached"].old_logp), np.asarray(outs["full"].old_logp), atol=2e-5)
+
+
+def test_decode_option_errors_and_fallback():
+    from bepo_jax.rollout import sample_responses
+
+    with pytest.raises(ValueError, match="RolloutConfig.decode='kv'"):
+        RolloutConfig(decode="kv")
+
+    class NoCache(nnx.Module):  # a model with the forward contract only
+        def __init__(self):
+            self.w = nnx.Param(jnp.zeros((VOCAB,)))
+
+        def __call__(self, tokens, mask):
+            return jnp.broadcast_to(self.w[...], tokens.shape + (VOCAB,))
+
+    tok, pm = _random_prompts(0, 2, 6)
+    with pytest.raises(ValueError, match="decode='cached' needs a model with prefill"):
+        sample_responses(NoCache(), tok, pm, jax.random.key(0), max_response=3, temperature=1.0, decode="cached")
+    seq, *_ = sample_responses(NoCache(), tok, pm, jax.random.key(0), max_response=3, temperature=1.0)  # auto: full
+    assert seq.shape == (2, 9)

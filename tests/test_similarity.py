@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import bepo_jax as bj
+from bepo_jax.reference import ref_leader_clusters
 from bepo_jax.envs.text import ALPHABET, encode
 from bepo_jax.similarity import (THRESHOLD_SCALE, SimilarityConfig, jaccard_estimate, leader_clusters,
                                  merge_similar, minhash_signatures, similarity_clusters)
@@ -39,26 +40,18 @@ def _grams(s, n=3):
 
 
 def _ref_leaders(sigs, valid, threshold):
-    """The reference rule as a loop: the first earlier leader with estimate >= threshold
-    (decided as both * 65536 >= round(threshold * 65536) * either, the documented rule)."""
+    """The reference rule as a loop over the documented similarity decision:
+    both * 65536 >= round(threshold * 65536) * either."""
     sigs = np.asarray(sigs)
     empty = sigs == 0xFFFFFFFF
     q = int(np.round(np.float32(threshold) * THRESHOLD_SCALE))
-    leaders, out = [], []
-    for i in range(len(sigs)):
-        if not valid[i]:
-            out.append(i)
-            continue
-        for j in leaders:
-            both = int(np.sum((sigs[i] == sigs[j]) & ~empty[j]))
-            either = int(np.sum(~(empty[i] & empty[j])))
-            if either == 0 or both * THRESHOLD_SCALE >= q * either:
-                out.append(j)
-                break
-        else:
-            leaders.append(i)
-            out.append(i)
-    return out
+
+    def similar(i, j):
+        both = int(np.sum((sigs[i] == sigs[j]) & ~empty[j]))
+        either = int(np.sum(~(empty[i] & empty[j])))
+        return either == 0 or both * THRESHOLD_SCALE >= q * either
+
+    return ref_leader_clusters(len(sigs), similar, valid)
 
 
 def test_estimate_tracks_the_exact_jaccard_of_the_ngram_sets():

@@ -1,6 +1,6 @@
 """Policies: a small Flax NNX decoder and the interface any Flax NNX LLM satisfies."""
 
-from .interface import PolicyModel, token_logprobs
-from .transformer import DecoderLM, TransformerConfig
+from .interface import DecodingModel, PolicyModel, token_logprobs
+from .transformer import DecodeCache, DecoderLM, TransformerConfig
 
-__all__ = ["PolicyModel", "token_logprobs", "DecoderLM", "TransformerConfig"]
+__all__ = ["PolicyModel", "DecodingModel", "token_logprobs", "DecoderLM", "DecodeCache", "TransformerConfig"]

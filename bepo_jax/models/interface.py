@@ -7,11 +7,26 @@
 let it leak into real positions). Any Flax NNX module with this call satisfies it —
 a Gemma or Llama port wraps its forward in two lines. Parameters that should shard
 carry ``nnx.with_partitioning`` annotations over the mesh axes ``"fsdp"`` / ``"model"``.
+
+The decode contract (optional; the rollouts use it when present, ``RolloutConfig.decode``):
+
+    next_logits, cache = model.prefill(prompts, prompt_mask, length)
+        prompts int32 [N, P], prompt_mask bool [N, P], length = P + response tokens
+        -> float32 [N, V] (the distribution of token P given the prompt) and a cache
+    next_logits, cache = model.decode_step(token, pos, valid, cache)
+        token int32 [N] written at position pos (a traced int32 scalar, P <= pos < length);
+        valid bool [N]: whether it is a real token for that row (False after EOS: it must
+        then not be visible to later positions) -> float32 [N, V] for position pos + 1
+
+``next_logits`` must equal ``model(tokens, mask)[:, pos]`` of the full forward at every
+real position (float32 tolerance): the rollouts record log-probs from them, and the PPO
+update recomputes them with the full forward. The cache is any pytree of fixed shape (it
+is carried through a ``lax.scan``). ``DecoderLM`` keeps per-layer keys and values.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +36,17 @@ from jaxtyping import Array, Bool, Float, Int
 @runtime_checkable
 class PolicyModel(Protocol):
     def __call__(self, tokens: Int[Array, "N L"], mask: Bool[Array, "N L"]) -> Float[Array, "N L V"]: ...
+
+
+@runtime_checkable
+class DecodingModel(PolicyModel, Protocol):
+    """A policy that also provides the decode contract (module docstring)."""
+
+    def prefill(self, prompts: Int[Array, "N P"], prompt_mask: Bool[Array, "N P"], length: int
+                ) -> tuple[Float[Array, "N V"], Any]: ...
+
+    def decode_step(self, token: Int[Array, "N"], pos, valid: Bool[Array, "N"], cache: Any
+                    ) -> tuple[Float[Array, "N V"], Any]: ...
 
 
 def token_logprobs(logits: Float[Array, "N L V"], tokens: Int[Array, "N L"]) -> tuple[Float[Array, "N L"], Float[Array, "N L"]]:

@@ -1,0 +1,93 @@
+"""Benchmark: S seeds of the main job as one vmapped program against S sequential runs.
+
+Both train the default Sokoban config (``RunConfig()``, Gated-BEPO) for the same number of
+iterations per seed, in one process, without evaluations or checkpoints (the iteration
+loop alone): wall time including compilation (one compile for the vmapped program, one per
+sequential run — each run is a fresh ``Setup`` as ``bepo-jax compare`` makes them), and
+iterations per second per seed after the first iteration. Writes
+``experiments/results/bench_seeds.{json,md}``.
+
+    python experiments/bench_seeds.py                 # ~6 min on 2 CPU cores
+    python experiments/bench_seeds.py --seeds 4 --iterations 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+
+from bepo_jax.multiseed import SeedBatch  # noqa: E402
+from bepo_jax.train import RunConfig, Setup  # noqa: E402
+from experiments.bench_advantages import machine  # noqa: E402
+
+
+def sequential(cfg, seeds, iterations):
+    t0 = time.perf_counter()
+    after_first = 0.0
+    for s in seeds:
+        setup = Setup(cfg.replace(seed=s))
+        state = setup.trainer.init_state()
+        state, _ = setup.iterate(state, 1)
+        t1 = time.perf_counter()
+        for it in range(2, iterations + 1):
+            state, _ = setup.iterate(state, it)
+        after_first += time.perf_counter() - t1
+        jax.clear_caches()  # a fresh run compiles its own program, as separate runs do
+    return time.perf_counter() - t0, after_first
+
+
+def vmapped(cfg, seeds, iterations):
+    t0 = time.perf_counter()
+    runs = SeedBatch(cfg, seeds)
+    states = runs.init_states()
+    states, _ = runs.iterate(states, 1)
+    t1 = time.perf_counter()
+    for it in range(2, iterations + 1):
+        states, _ = runs.iterate(states, it)
+    return time.perf_counter() - t0, time.perf_counter() - t1
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=8)
+    p.add_argument("--iterations", type=int, default=10)
+    p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
+    a = p.parse_args()
+    cfg = RunConfig(iterations=a.iterations)
+    seeds = list(range(a.seeds))
+    rows = []
+    for label, fn in (("vmapped (one program)", vmapped), ("sequential runs", sequential)):
+        wall, steady = fn(cfg, seeds, a.iterations)
+        rows.append(dict(variant=label, seeds=a.seeds, iterations=a.iterations, wall_s=wall,
+                         steady_s=steady, seed_iterations_per_s=a.seeds * (a.iterations - 1) / steady))
+        print(json.dumps(rows[-1]), flush=True)
+    res = dict(command="python experiments/bench_seeds.py " + " ".join(sys.argv[1:]), machine=machine(), rows=rows,
+               wall_speedup=rows[1]["wall_s"] / rows[0]["wall_s"],
+               steady_speedup=rows[0]["seed_iterations_per_s"] / rows[1]["seed_iterations_per_s"])
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_seeds.json").write_text(json.dumps(res, indent=1))
+    m = res["machine"]
+    lines = ["# Seeds as one vmapped program vs sequential runs", "", f"Command: `{res['command']}`  ",
+             f"Machine: {m['platform']}, {m['cpu_count']} CPUs, backend {m['backend']}; jax {m['jax']}. "
+             f"Main job config (Sokoban, Gated-BEPO, B = {cfg.groups} x K = {cfg.group_size}), {a.iterations} "
+             "iterations per seed, no evaluation or checkpoints.", "",
+             "| variant | seeds | wall time incl. compile | seed-iterations/s after the first iteration |",
+             "|---|---|---|---|"]
+    lines += [f"| {r['variant']} | {r['seeds']} | {r['wall_s']:.1f} s | {r['seed_iterations_per_s']:.2f} |" for r in rows]
+    lines += ["", f"Vmapped over sequential: {res['wall_speedup']:.2f}x wall time including compilation, "
+              f"{res['steady_speedup']:.2f}x after it."]
+    (out / "bench_seeds.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
