@@ -200,6 +200,14 @@ class Setup:
         m["env_steps"] = jnp.sum(valid)
         m["step_advantage_std"] = jnp.std(jnp.where(valid, out.advantage, 0.0))
         m["step_advantage_abs_max"] = jnp.max(jnp.abs(jnp.where(valid, out.advantage, 0.0)))
+        if not self.host:  # the sampled actions: a collapsing policy shows here, not in the token entropy
+            words = self.env.action_words
+            counts = jnp.sum((ro.actions[..., None] == jnp.arange(len(words))) & valid[..., None],
+                             axis=tuple(range(valid.ndim))).astype(jnp.float32)
+            share = counts / jnp.maximum(jnp.sum(counts), 1.0)
+            m["actions/entropy"] = -jnp.sum(jnp.where(share > 0, share * jnp.log(jnp.where(share > 0, share, 1.0)), 0.0))
+            for a, w in enumerate(words):
+                m[f"actions/share_{w}"] = share[a]
         diag = getattr(out, "diagnostics", None)
         if diag is not None:
             m["graph/states"] = jnp.mean(diag.num_states.astype(jnp.float32))

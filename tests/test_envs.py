@@ -108,6 +108,16 @@ def test_end_to_end_rollout_advantages_update(env, tmp_path):
     assert all(np.isfinite(v) for v in m.values())
     assert m["env_steps"] > 0 and 0.0 <= m["success_rate"] <= 1.0
     assert m["invalid_rate"] == 0.0  # constrained decoding: every response is a valid action
+    if env != "textworld":  # the sampled actions' shares and entropy (nats) against a count of the rollout
+        ro = jax.jit(setup.rollout_fn)(state, jax.tree_util.tree_map(jnp.asarray, setup.train_tasks),
+                                       setup.iteration_key(2))
+        _, m2 = setup.learn_from(state, ro, setup.advantages(ro.batch))
+        acts = np.asarray(ro.actions)[np.asarray(ro.batch.mask)]
+        share = np.array([np.mean(acts == a) for a in range(len(setup.env.action_words))])
+        got = np.array([float(m2[f"actions/share_{w}"]) for w in setup.env.action_words])
+        np.testing.assert_allclose(got, share, atol=1e-6)
+        nz = share[share > 0]
+        np.testing.assert_allclose(float(m2["actions/entropy"]), -np.sum(nz * np.log(nz)), atol=1e-5)
     ev = setup.evaluate(state.params)
     assert 0.0 <= ev["success_rate"] <= 1.0 and ev["tasks"] == 2
 
