@@ -55,7 +55,7 @@ class SeedBatch:
             raise ValueError(f"SeedBatch seeds must differ; got {seeds}.")
         if cfg.env == "textworld":
             raise ValueError("SeedBatch vmaps the fused JAX loop; env='textworld' runs through the host loop — run its "
-                             "seeds one after another (bepo-jax compare without --vmap-seeds).")
+                             "seeds one after another (train, or bepo-jax compare).")
         if mesh is not None and runs_axis not in mesh.shape:
             raise ValueError(f"SeedBatch: the mesh has axes {tuple(mesh.shape)}; add a {runs_axis!r} axis for the runs.")
         if mesh is not None and len(seeds) % mesh.shape[runs_axis]:

@@ -115,13 +115,18 @@ def supports_decode(model) -> bool:
     return callable(getattr(model, "prefill", None)) and callable(getattr(model, "decode_step", None))
 
 
-def _constrain(logits, r, table, word_alive):
-    """Mask the logits to the next tokens of the still-possible words; also the token
-    when only one word is left (``only``)."""
-    cand = jnp.take(table, jnp.minimum(r, table.shape[-1] - 1), axis=2)  # [N, A] next token of each word
-    allowed = jnp.any(word_alive[:, :, None] & (cand[:, :, None] == jnp.arange(logits.shape[-1])), axis=1)
+def _next_tokens(r, table, word_alive):
+    """The next token of every word at response position ``r`` ([N, A]), and the token
+    when only one word is left (``only``, [N])."""
+    cand = jnp.take(table, jnp.minimum(r, table.shape[-1] - 1), axis=2)
     only = jnp.take_along_axis(cand, jnp.argmax(word_alive, axis=1)[:, None], axis=1)[:, 0]
-    return jnp.where(allowed, logits, -jnp.inf), cand, only
+    return cand, only
+
+
+def _allowed_logits(logits, cand, word_alive):
+    """The logits with every token masked that no still-possible word continues with."""
+    allowed = jnp.any(word_alive[:, :, None] & (cand[:, :, None] == jnp.arange(logits.shape[-1])), axis=1)
+    return jnp.where(allowed, logits, -jnp.inf)
 
 
 def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool[Array, "N P"], key, *,
@@ -165,8 +170,9 @@ def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, ta
         key, sub = jax.random.split(key)
         logp_all = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
         if table is not None:
-            masked, cand, only = _constrain(logits, r, table, word_alive)
-            tok = jax.random.categorical(sub, masked / temperature, axis=-1).astype(jnp.int32)
+            cand, only = _next_tokens(r, table, word_alive)
+            tok = jax.random.categorical(sub, _allowed_logits(logits, cand, word_alive) / temperature,
+                                         axis=-1).astype(jnp.int32)
             if forced_r is not None:
                 tok = jnp.where(forced_r[r], only, tok)
         else:
@@ -208,24 +214,24 @@ def _sample_full(model, prompts, pmasks, key, *, max_response, temperature, tabl
     for r in range(R):
         key, sub = jax.random.split(key)
 
-        def sampled(seq, msk, sub, word_alive=None):
+        def sampled(seq, msk, sub, cand=None, word_alive=None):
             logits = model(seq, msk | (jnp.arange(L) == P + r)[None])[:, P + r - 1]
-            if table is not None:
-                logits = _constrain(logits, r, table, word_alive)[0]
+            if cand is not None:
+                logits = _allowed_logits(logits, cand, word_alive)
             return jax.random.categorical(sub, logits / temperature, axis=-1).astype(jnp.int32)
 
         if table is None:
             tok = sampled(seq, msk, sub)
         else:
-            cand, only = _constrain(jnp.zeros((N, 1)), r, table, word_alive)[1:]
+            cand, only = _next_tokens(r, table, word_alive)
             W1 = table.shape[-1]
             if forced is not None and forced[min(r, W1 - 1)]:
                 tok = only  # statically determined: no forward pass
             elif forced is not None:
-                tok = sampled(seq, msk, sub, word_alive)
+                tok = sampled(seq, msk, sub, cand, word_alive)
             else:  # per-row tables (host loop): skip the forward when every alive row is determined
                 determined = jnp.all(jnp.where(word_alive, cand == only[:, None], True), axis=1) | ~alive
-                tok = jax.lax.cond(jnp.all(determined), lambda *a: only, sampled, seq, msk, sub, word_alive)
+                tok = jax.lax.cond(jnp.all(determined), lambda *a: only, sampled, seq, msk, sub, cand, word_alive)
         tok = jnp.where(alive, tok, PAD)
         if table is not None:
             word_alive = word_alive & (cand == tok[:, None])

@@ -44,6 +44,7 @@ from jaxtyping import Array, Bool, Int, UInt32
 
 from ._config import check_int, check_range, pytree_config
 from .hashing import _fmix32 as fmix32
+from .graph import dense_ids
 from .hashing import hash_tokens, token_words
 from .types import StepBatch
 
@@ -109,11 +110,17 @@ def minhash_signatures(tokens: Int[Array, "*batch W"], mask: Bool[Array, "*batch
     return sig.reshape(batch_shape + (m,))
 
 
+def _bin_counts(a: UInt32[Array, "*batch M"], b: UInt32[Array, "*batch M"]):
+    """(bins equal and non-empty, bins non-empty in either) of two signatures, int32."""
+    empty_a, empty_b = a == _EMPTY, b == _EMPTY
+    both = jnp.sum((a == b) & ~empty_a, axis=-1, dtype=jnp.int32)
+    either = jnp.sum(~(empty_a & empty_b), axis=-1, dtype=jnp.int32)
+    return both, either
+
+
 def jaccard_estimate(a: UInt32[Array, "*batch M"], b: UInt32[Array, "*batch M"]) -> Array:
     """Estimated Jaccard similarity of two signatures (module doc, step 2)."""
-    empty_a, empty_b = a == _EMPTY, b == _EMPTY
-    both = jnp.sum((a == b) & ~empty_a, axis=-1)
-    either = jnp.sum(~(empty_a & empty_b), axis=-1)
+    both, either = _bin_counts(a, b)
     return jnp.where(either > 0, both / jnp.maximum(either, 1), 1.0)
 
 
@@ -123,24 +130,20 @@ THRESHOLD_SCALE = 1 << 16  # the threshold is applied at a resolution of 1/65536
 def _similar(sig_i, sigs, threshold):
     """sig_i [M] against sigs [N, M]: estimate >= threshold, decided in integers:
     both * 65536 >= round(threshold * 65536) * either (no float rounding at the edge)."""
-    empty_i, empty = sig_i == _EMPTY, sigs == _EMPTY
-    both = jnp.sum((sigs == sig_i) & ~empty, axis=-1, dtype=jnp.int32)
-    either = jnp.sum(~(empty & empty_i), axis=-1, dtype=jnp.int32)
+    both, either = _bin_counts(sigs, sig_i)
     q = jnp.round(jnp.asarray(threshold, jnp.float32) * THRESHOLD_SCALE).astype(jnp.int32)
     return jnp.where(either > 0, both * THRESHOLD_SCALE >= q * either, True)
 
 
 def _first_twins(keys: UInt32[Array, "N 2"], valid: Bool[Array, "N"]) -> Int[Array, "N"]:
     """Index of the first valid record with the same key (a record itself when it is the
-    first, or invalid): one sort, no [N, N] comparison."""
+    first, or invalid): the graph's own key numbering (``dense_ids``), then the smallest
+    record index per key."""
     N = keys.shape[0]
     idx = jnp.arange(N)
-    order = jnp.lexsort((idx, keys[:, 1], keys[:, 0], ~valid))
-    k0, k1, v = keys[order, 0], keys[order, 1], valid[order]
-    new = jnp.concatenate([jnp.ones((1,), bool), (k0[1:] != k0[:-1]) | (k1[1:] != k1[:-1]) | (v[1:] != v[:-1])])
-    start = jax.lax.cummax(jnp.where(new, idx, 0))
-    first = jnp.zeros((N,), idx.dtype).at[order].set(order[start])
-    return jnp.where(valid, first, idx)
+    ids, _ = dense_ids((keys[:, 0], keys[:, 1]), valid, pad_id=N)
+    first = jax.ops.segment_min(idx, ids, num_segments=N + 1)
+    return jnp.where(valid, first[ids], idx)
 
 
 def leader_clusters(sigs: UInt32[Array, "N M"], valid: Bool[Array, "N"], threshold) -> Int[Array, "N"]:
