@@ -30,6 +30,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import bepo_jax as bj  # noqa: E402
+from experiments.dict_baselines import dict_gated_bepo, dict_gigpo  # noqa: E402
 from experiments.gridroom import grid_room_batch  # noqa: E402
 from bepo_jax import reference as ref  # noqa: E402  (the plain-loop implementations the tests check against)
 
@@ -69,6 +70,10 @@ VARIANTS = {
     f"gated_bepo auto S={BUCKET}": ("gated_bepo", bj.GatedBEPOConfig(solver="auto", max_states=BUCKET), None),
 }
 HEADLINE = "gated_bepo default (host entry)"
+# label -> the efficient dict-based Python implementation of the same numbers
+# (experiments/dict_baselines.py): the fair baseline, beside the literal reference.
+DICT_BASELINES = {"gigpo": dict_gigpo, "gated_bepo default (host entry)": dict_gated_bepo,
+                  "gated_bepo default (in jit)": dict_gated_bepo}
 
 
 def _time(fn, *, min_reps=5, min_seconds=0.5):
@@ -124,6 +129,16 @@ def bench_one(label, name, cfg, pyref, groups, *, python_max_groups, dense_max_g
         got = np.asarray(out.advantage, np.float64)
         err = float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
         row.update(python_s=py_s, speedup=py_s / sec, max_rel_err_vs_python=err)
+    if label in DICT_BASELINES and groups <= python_max_groups:
+        nb = _np_batch(batch)
+        fn = DICT_BASELINES[label]
+        want = fn(nb)
+        got = np.asarray(out.advantage, np.float64)
+        err = float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
+        if err > 1e-4:
+            raise AssertionError(f"{label}: the dict baseline differs from the kernel by {err:.3g} (relative)")
+        dict_s = _time(lambda: fn(nb), min_reps=3, min_seconds=0.3)
+        row.update(dict_python_s=dict_s, speedup_vs_dict=dict_s / sec, max_rel_err_vs_dict=err)
     return row
 
 
@@ -257,6 +272,8 @@ def write(rows, precision, args, out_dir: Path, wall_s: float, quiet: bool = Fal
     bepo16 = [r for r in rows if r["variant"] == "gated_bepo default (host entry)" and r["groups"] == 16 and "speedup" in r]
     if bepo16:
         info["gated_bepo_speedup_16x8x50"] = bepo16[0]["speedup"]
+    info["speedup_vs_dict_16x8x50"] = {r["variant"]: r["speedup_vs_dict"] for r in rows
+                                       if r["groups"] == 16 and "speedup_vs_dict" in r}
     (out_dir / "bench_advantages.json").write_text(json.dumps(info, indent=2))
     m = info["machine"]
     lines = [
@@ -268,19 +285,25 @@ def write(rows, precision, args, out_dir: Path, wall_s: float, quiet: bool = Fal
         f"Batch: grid-room random walks (5x5 room, start corner, +10 at the far corner, wall bumps are self-loops), "
         f"K = {K}, T = {T}; records = valid steps. Wall time {wall_s:.0f} s.",
         "",
-        "| variant | groups | records | JAX ms | records/s | us/record | compile s | peak MB | iters mean/max | Python s | speed-up |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "Python s / speed-up: the literal reference (`bepo_jax/reference.py`, one run); dict ms / vs dict: the "
+        "efficient dict-based Python implementation (`experiments/dict_baselines.py`, median of repeats).",
+        "",
+        "| variant | groups | records | JAX ms | records/s | us/record | compile s | peak MB | iters mean/max | Python s "
+        "| speed-up | dict ms | vs dict |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['variant']} | {r['groups']} | {r['records']} | skipped: {r['skipped']} | | | | | | | |")
+            lines.append(f"| {r['variant']} | {r['groups']} | {r['records']} | skipped: {r['skipped']} | | | | | | | | | |")
             continue
         its = f"{r['iters_mean']:.1f} / {r['iters_max']}" if "iters_mean" in r else ""
         peak = f"{r['peak_bytes'] / 2**20:.1f}" if r.get("peak_bytes") else ""
         py = f"{r['python_s']:.2f}" if "python_s" in r else ""
         sp = f"{r['speedup']:.0f}x" if "speedup" in r else ""
+        dm = f"{r['dict_python_s'] * 1e3:.2f}" if "dict_python_s" in r else ""
+        dsp = f"{r['speedup_vs_dict']:.1f}x" if "speedup_vs_dict" in r else ""
         lines.append(f"| {r['variant']} | {r['groups']} | {r['records']} | {r['jax_ms']:.2f} | {r['records_per_s']:.3g} | "
-                     f"{r['us_per_record']:.3f} | {r['compile_s']:.2f} | {peak} | {its} | {py} | {sp} |")
+                     f"{r['us_per_record']:.3f} | {r['compile_s']:.2f} | {peak} | {its} | {py} | {sp} | {dm} | {dsp} |")
     if head:
         h = info["headline"]
         lines += ["", f"Headline variant `{HEADLINE}`: time per record from {h['records'][0]} to {h['records'][-1]} records "
@@ -289,6 +312,8 @@ def write(rows, precision, args, out_dir: Path, wall_s: float, quiet: bool = Fal
     if "gated_bepo_speedup_16x8x50" in info:
         lines.append(f"Gated-BEPO (default config, public function) at 16 x 8 x 50: "
                      f"{info['gated_bepo_speedup_16x8x50']:.0f}x the plain-Python implementation, same run.")
+    for v, x in info["speedup_vs_dict_16x8x50"].items():
+        lines.append(f"`{v}` at 16 x 8 x 50: {x:.1f}x the efficient dict-based Python implementation, same run.")
     lines += ["", "## Group statistics: exact limb sums vs plain float32 sums", "",
               f"Per group of K T = {K * T} records (vmapped, as the kernels take them), two step groups of ~{K * T // 2} "
               "returns 150 +- 0.01 (the worst case of the verl-agent comparison); sigma against float64; "

@@ -25,7 +25,7 @@ def test_graph_matches_dicts(data):
         assert int(g.num_states[b]) == len(keys)
         state = np.asarray(g.state[b])
         succ = np.asarray(g.succ[b])
-        # Same partition as the dict (ids are in key order, not first-seen order).
+        # Same partition as the dict (the numbering order is not part of the contract).
         seen = {}
         pairs = {}
         for k in range(K):
@@ -64,3 +64,44 @@ def test_successor_count_without_rewards_counts_nodes():
     assert int(g.num_successors[b]) == 2  # b -> END[SUCCESS], END[FAILURE]
     g2 = build_graph(obs, mask, jnp.array([0, 1]), jnp.array([[0.0, 1.0], [5.0, 1.0]]))
     assert int(g2.num_successors[a]) == 2  # (0, b) and (5, b)
+
+
+def _first_index(words, valid):
+    seen, out = {}, []
+    for i, (w, v) in enumerate(zip(map(tuple, words), valid)):
+        out.append(seen.setdefault(w, i) if v else len(valid))
+    return np.array(out)
+
+
+@given(data=batches())
+def test_first_occurrence_and_both_numberings(data):
+    """The CPU hash table gives each record the first index of its key; it and the GPU/TPU
+    sort path number the same partition."""
+    from bepo_jax.graph import _hashed_dense_ids, _sorted_dense_ids, first_occurrence
+
+    _, (obs, _, mask, _, _) = data
+    words, valid = obs.reshape(-1, 2), mask.reshape(-1)
+    np.testing.assert_array_equal(np.asarray(jax.jit(first_occurrence)(jnp.asarray(words), jnp.asarray(valid))),
+                                  _first_index(words, valid))
+    keys = (jnp.asarray(words[:, 0]), jnp.asarray(words[:, 1]))
+    (a, na), (b, nb) = (jax.jit(f, static_argnums=2)(keys, jnp.asarray(valid), -1)
+                        for f in (_hashed_dense_ids, _sorted_dense_ids))
+    assert int(na) == int(nb) == len({tuple(w) for w, v in zip(words, valid) if v})
+    a, b = np.asarray(a), np.asarray(b)
+    assert np.all((a == -1) == ~valid) and np.all((b == -1) == ~valid)
+    assert len(set(zip(a[valid], b[valid]))) == int(na)  # a bijection between the two numberings
+
+
+def test_first_occurrence_survives_long_probe_chains(monkeypatch):
+    """With the hash replaced by the identity, keys that are multiples of the table size
+    all land in slot 0 and probe one slot further per round: still exact."""
+    import bepo_jax.graph as graph
+
+    monkeypatch.setattr(graph, "_mix32", lambda h: h)
+    n = 64  # table of 128 slots
+    rng = np.random.default_rng(0)
+    words = (rng.integers(0, 40, n) * 128).astype(np.uint32)[:, None]  # one word: the slot is the key mod 128
+    valid = rng.random(n) < 0.9
+    got = np.asarray(graph.first_occurrence(jnp.asarray(words), jnp.asarray(valid)))
+    assert len(set(words[valid, 0])) > 20  # a chain of > 20 probes
+    np.testing.assert_array_equal(got, _first_index(words, valid))
