@@ -17,6 +17,7 @@ import numpy as np
 N_OUT = 3
 FP_SCALE_NOISE = 16.0                       # as bepo_jax.estimators.bepo
 TOL_FLOOR = 8 * float(np.finfo(np.float32).eps)  # as bepo_jax.fixed_point
+HGPO_RESIDUE = 16 * float(np.finfo(np.float32).eps)  # as bepo_jax.estimators.hgpo (RESIDUE_ULPS)
 
 
 def _std(values, ddof):
@@ -131,12 +132,19 @@ def ref_hgpo(batch_np, *, history_length, length_weight_alpha, base_group, norm,
             vals = [y[k][t] for k, t in members]
             mu, sd = sum(vals) / len(vals), _std(vals, 0)
             for (k, t), v in zip(members, vals):
-                dev = 0.0 if abs(v - mu) <= 1e-9 * (abs(v) + abs(mu)) else v - mu  # exact zeros, up to float64 residue
+                # exact zeros: as the kernel's documented rule, a deviation within 16 float32 ulps
+                # of |v| + |mu| is the residue of a 0 (docs/estimators.md, HGPO)
+                dev = 0.0 if abs(v - mu) <= HGPO_RESIDUE * (abs(v) + abs(mu)) else v - mu
                 items[(k, t)].append((lev, dev if norm == "mean" else dev / (sd + eps)))
+        R = [float(sum(reward[b][k, : L[k]])) for k in range(K)]
+        pool = [R[k] + float(penalty[b][k, t]) for k in range(K) for t in range(L[k])]
+        mu_pool = sum(pool) / len(pool) if pool else 0.0
         adv = np.zeros((K, T))
         for k in range(K):
             for t in range(L[k]):
-                its = ([(0, base[k, t])] if base_group else []) + items[(k, t)]
+                s = R[k] + float(penalty[b][k, t])
+                base_residue = len(pool) > 1 and abs(s - mu_pool) <= HGPO_RESIDUE * (abs(s) + abs(mu_pool))
+                its = ([(0, 0.0 if base_residue else base[k, t])] if base_group else []) + items[(k, t)]
                 its = [(lev, a) for lev, a in its if a != 0]
                 if its:
                     w = [(lev + 1) ** length_weight_alpha for lev, _ in its]

@@ -15,8 +15,8 @@ and the record's advantage is the weighted mean of its *nonzero* a_{i,k},
     A_i = sum_k w_k a_{i,k} / (sum_k w_k + eps),    w_k = (k + 1)^alpha  over k with a_{i,k} != 0,
 
 (0 when none is nonzero; a deviation within 16 float32 ulps of |y_i| + |mu| is rounding
-residue of an exact 0 and counts as 0 — the recipe's exact ``!= 0`` test would let
-float32 residue change the weights' sum). ``base_group`` adds the outcome advantage (GiGPO's episode
+residue of an exact 0 and counts as 0, on every level and on the base item — the
+recipe's exact ``!= 0`` test would let float32 residue change the weights' sum). ``base_group`` adds the outcome advantage (GiGPO's episode
 term: statistics over the group's records, unbiased std; ``norm="mean"`` keeps only the
 mean) as a k = 0 item, weight 1. These are the recipe's rules, including eps in the
 weights' denominator and the exclusion of exact zeros.
@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from .._config import check_bool, check_choice, check_int, check_range, pytree_config
 from ..graph import build_graph, graph_diagnostics, history_keys, state_ids
 from ..returns import discounted_returns
+from ..stats import masked_moments
 from ..types import GraphDiagnostics, HGPOOutput, StepBatch
 from ._common import NORMS, entry_point, per_group, stop_gradient, with_sanitized_input
 from .gigpo import step_group_advantage
@@ -70,6 +71,16 @@ class HGPOConfig:
         check_range(n, "eps", self.eps, lo=0.0, lo_open=True)
 
 
+def _without_residue(a_base, reward, penalty, mask):
+    """The base item with the levels' residue rule: 0 where its score's deviation from the
+    group mean is within RESIDUE_ULPS float32 ulps of |score| + |mean| (an exact 0)."""
+    score = jnp.sum(jnp.where(mask, reward, 0.0), axis=-1)[:, None] + jnp.where(mask, penalty, 0.0)
+    m = masked_moments(score, mask, ddof=1)
+    ulp = jnp.finfo(jnp.float32).eps
+    residue = (m.count > 1) & (jnp.abs(m.dev) <= RESIDUE_ULPS * ulp * (jnp.abs(score) + jnp.abs(m.mean)))
+    return jnp.where(residue, 0.0, a_base)
+
+
 def _group(obs_key, reward, mask, outcome, penalty, config: HGPOConfig):
     K, T = mask.shape
     y = discounted_returns(reward, mask, config.gamma) + penalty
@@ -87,7 +98,7 @@ def _group(obs_key, reward, mask, outcome, penalty, config: HGPOConfig):
     items = a_levels
     w = jnp.broadcast_to(weights, a_levels.shape)
     if config.base_group:
-        items = jnp.concatenate([a_base[..., None], items], axis=-1)
+        items = jnp.concatenate([_without_residue(a_base, reward, penalty, mask)[..., None], items], axis=-1)
         w = jnp.concatenate([jnp.ones(a_levels.shape[:-1] + (1,)), w], axis=-1)
     w = jnp.where(items != 0, w, 0.0)
     adv = jnp.where(mask, jnp.sum(w * items, axis=-1) / (jnp.sum(w, axis=-1) + config.eps), 0.0)
