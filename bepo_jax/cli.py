@@ -83,13 +83,14 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .compare import compare
+    from .train.compare import compare
     from .estimators.registry import ESTIMATORS
 
     names = [n.strip() for n in args.estimators.split(",") if n.strip()]
     base = _run_config(args, estimator=names[0] if names and names[0] in ESTIMATORS else None)
     out = Path(args.out or f"runs/compare_{base.env}")
-    table = compare(base, names, seeds=args.seeds, out=out, threshold=args.threshold, progress=not args.quiet)
+    table = compare(base, names, seeds=args.seeds, out=out, threshold=args.threshold, progress=not args.quiet,
+                    vmap_seeds=False if args.sequential_seeds else None)
     print(table)
     print(f"results: {out}/compare.md, compare.json, compare.png")
     return 0
@@ -125,10 +126,13 @@ def _credit(args: argparse.Namespace) -> int:
 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
-    from .train import ENVS, RunConfig
+    from .envs.registry import BUILTIN_ENVS
+    from .train import RunConfig
 
     d = RunConfig()
-    p.add_argument("--env", choices=ENVS, default=None, help=f"environment, one of: {', '.join(ENVS)} (default {d.env})")
+    p.add_argument("--env", default=None, metavar="ENV",
+                   help=f"environment: {', '.join(BUILTIN_ENVS)}, or an import path 'package.module:factory' "
+                        f"(a factory run_config -> JaxEnv; README, 'Bring your own environment') (default {d.env})")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="estimator config override (repeatable), e.g. --set lam=0.5")
     p.add_argument("--out", help="run directory (default runs/<env>_<estimator>_s<seed>)")
@@ -159,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated, from: {', '.join(ESTIMATORS)}")
     c.add_argument("--seeds", type=int, default=3)
     c.add_argument("--threshold", type=float, default=0.5, help="success rate for 'iterations to threshold'")
+    c.add_argument("--sequential-seeds", action="store_true",
+                   help="run the seeds one after another (default on JAX environments: all seeds of an estimator "
+                        "as one vmapped program; the same numbers to float32 tolerance)")
     _add_run_flags(c)
     c.set_defaults(func=_compare)
 

@@ -81,7 +81,9 @@ def test_compare_writes_a_table_and_a_plot(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["train", "--env", "chess"], "invalid choice: 'chess' (choose from 'sokoban', 'maze', 'textworld')"),
+    (["train", "--env", "chess"], "RunConfig.env='chess' is not valid; valid names: sokoban, maze, textworld"),
+    (["train", "--env", "no_such_module:make"], "cannot import 'no_such_module'"),
+    (["train", "--env", "json:no_such_factory"], "'json' has no attribute 'no_such_factory'"),
     (["train", "--estimator", "ppo"], "invalid choice: 'ppo'"),
     (["train", "--set", "lamb=0.5"], "lamb"),
     (["train", "--set", "norm=median"], "GatedBEPOConfig.norm='median' is not valid; use one of 'mean', 'mean_std'"),

@@ -1,4 +1,4 @@
-"""Seeds vmapped into one program (bepo_jax.multiseed): run i equals the single run with
+"""Seeds vmapped into one program (bepo_jax.train.SeedBatch, train_seeds): run i equals the single run with
 that seed, on one device and with the run axis sharded over simulated devices."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from bepo_jax.multiseed import SeedBatch, unstack
+from bepo_jax.train.multiseed import SeedBatch, unstack
 from bepo_jax.sharding import make_mesh
 from bepo_jax.train import RunConfig, Setup
 
@@ -59,3 +59,53 @@ def test_seed_batch_refuses_what_it_cannot_run():
         SeedBatch(CFG.replace(env="textworld"), [0, 1])
     with pytest.raises(ValueError, match="add a 'runs' axis"):
         SeedBatch(CFG, [0, 1], mesh=make_mesh((2,), ("data",), devices=jax.devices()[:2]))
+
+
+TIMING = ("step_time", "env_steps_per_s")
+
+
+class Killed(Exception):
+    pass
+
+
+def _numbers(row):
+    return {k: v for k, v in row.items() if k not in TIMING}
+
+
+@pytest.mark.slow
+def test_train_seeds_run_dirs_equal_single_runs_and_resume_exactly(tmp_path):
+    """train_seeds writes one ordinary run directory per seed; seed i equals train() with
+    that seed (float32 tolerance); killed during iteration 3 and resumed, every metric and
+    parameter equals the uninterrupted vmapped run exactly."""
+    from bepo_jax.train import load_run, read_metrics, train, train_seeds
+
+    cfg = CFG.replace(iterations=4, eval_every=2, checkpoint_every=2, max_steps=3)
+    seeds = [0, 1]
+    whole = [tmp_path / f"whole{s}" for s in seeds]
+    res = train_seeds(cfg, seeds, whole, progress=False)
+    assert [r["iterations"] for r in res] == [4, 4]
+    for d in whole:
+        assert {"config.json", "metrics.jsonl", "curve.png", "summary.json", "checkpoints", "tb"} <= {
+            p.name for p in d.iterdir()}
+    train(cfg.replace(seed=1), tmp_path / "single1", progress=False)
+    for got, want in zip(read_metrics(whole[1]), read_metrics(tmp_path / "single1"), strict=True):
+        for k, v in _numbers(want).items():
+            np.testing.assert_allclose(got[k], v, rtol=1e-4, atol=1e-5, err_msg=f"iteration {want['iteration']} {k}")
+
+    cut = [tmp_path / f"cut{s}" for s in seeds]
+
+    def kill(it, rows):
+        if it == 3:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train_seeds(cfg, seeds, cut, progress=False, on_iteration=kill)
+    assert [r["iteration"] for r in read_metrics(cut[0])] == [0, 1, 2, 3]
+    train_seeds(cfg, seeds, cut, resume=True, progress=False)
+    for a, b in zip(whole, cut):
+        assert [_numbers(r) for r in read_metrics(a)] == [_numbers(r) for r in read_metrics(b)]
+        _, sa, ia = load_run(a)
+        _, sb, ib = load_run(b)
+        assert ia == ib == 4
+        for x, y in zip(jax.tree_util.tree_leaves(sa.params), jax.tree_util.tree_leaves(sb.params)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -1,5 +1,6 @@
 """Environments: pure-JAX ones (reset/step as pure functions, vmappable) and adapters."""
 
+from .registry import register_env, registered_envs
 from .sokoban import SokobanConfig, SokobanState, generate_levels, render_text, reset, step
 
 JAX_ENVS = ("sokoban", "maze")
@@ -21,4 +22,4 @@ def jax_env(name: str, *, max_steps: int = 0, boxes: int = 2):
 
 
 __all__ = ["SokobanConfig", "SokobanState", "generate_levels", "render_text", "reset", "step", "JAX_ENVS",
-           "jax_env"]
+           "jax_env", "register_env", "registered_envs"]

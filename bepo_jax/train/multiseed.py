@@ -11,7 +11,10 @@ equal to float32 tolerance: ``tests/test_multiseed.py``).
     states = runs.init_states()
     for it in range(1, 61):
         states, metrics = runs.iterate(states, it)     # metrics: one dict per seed
-    runs.evaluate(states, i)                          # held-out success of seed i
+    runs.evaluate_all(states, [s + 60 for s in runs.seeds])   # held-out success of every seed
+
+``train_seeds`` (``bepo_jax.train``) runs this with one ordinary run directory per seed
+(metrics, TensorBoard, checkpoints, ``--resume``); ``bepo-jax compare`` uses it.
 
 On a mesh, pass ``mesh`` with a ``"runs"`` axis: the stacked state and tasks are placed
 with the run axis sharded over it (seeds x devices), everything else replicated per run.
@@ -30,8 +33,21 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from .rl.train_step import TrainState
-from .train import RunConfig, Setup
+import numpy as np
+
+from ..rl.train_step import TrainState
+from .config import RunConfig
+from .setup import Setup, evaluation
+
+
+def _to_host(tree):
+    """Arrays on the host; with several processes the run axis is gathered from all of
+    them first (each process holds only its devices' runs)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return jax.tree_util.tree_map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+    return jax.tree_util.tree_map(np.asarray, jax.device_get(tree))
 
 
 def stack(trees: Sequence):
@@ -47,13 +63,14 @@ def unstack(tree, i: int):
 class SeedBatch:
     """S seeds of ``cfg`` as one vmapped program (module docstring)."""
 
-    def __init__(self, cfg: RunConfig, seeds: Sequence[int], *, mesh: Optional[Mesh] = None, runs_axis: str = "runs"):
+    def __init__(self, cfg: RunConfig, seeds: Sequence[int], *, mesh: Optional[Mesh] = None, runs_axis: str = "runs",
+                 env=None, runs_per_step: Optional[int] = None):
         seeds = [int(s) for s in seeds]
         if not seeds:
             raise ValueError("SeedBatch needs at least one seed.")
         if len(set(seeds)) != len(seeds):
             raise ValueError(f"SeedBatch seeds must differ; got {seeds}.")
-        if cfg.env == "textworld":
+        if env is None and cfg.env == "textworld":
             raise ValueError("SeedBatch vmaps the fused JAX loop; env='textworld' runs through the host loop — run its "
                              "seeds one after another (train, or bepo-jax compare).")
         if mesh is not None and runs_axis not in mesh.shape:
@@ -61,23 +78,40 @@ class SeedBatch:
         if mesh is not None and len(seeds) % mesh.shape[runs_axis]:
             raise ValueError(f"SeedBatch: {len(seeds)} seeds do not split over the {runs_axis!r} axis of size "
                              f"{mesh.shape[runs_axis]}; use a multiple of it.")
+        if runs_per_step is not None and (isinstance(runs_per_step, bool) or not isinstance(runs_per_step, int)
+                                          or runs_per_step < 1):
+            raise ValueError(f"SeedBatch.runs_per_step={runs_per_step!r} must be None (vmap every run) or an int >= 1.")
+        if runs_per_step is not None and mesh is not None:
+            raise ValueError("SeedBatch: runs_per_step loops over the run axis; with a mesh the run axis is sharded "
+                             "and vmapped — leave runs_per_step=None.")
         self.cfg, self.seeds, self.mesh, self.runs_axis = cfg, seeds, mesh, runs_axis
-        self.setups = [Setup(cfg.replace(seed=s)) for s in seeds]
-        self.tasks = self._place(stack([jax.tree_util.tree_map(jnp.asarray, s.train_tasks) for s in self.setups]))
+        self.runs_per_step = runs_per_step
+        self.setups = [Setup(cfg.replace(seed=s), env=env) for s in seeds]
+        self.tasks = self.place(stack([jax.tree_util.tree_map(jnp.asarray, s.train_tasks) for s in self.setups]))
         self._step = jax.jit(self._iteration, donate_argnums=(0,))
+        self._eval = jax.jit(lambda params, pools, keys: self._over_runs(self.setups[0].rollout, params, pools, keys))
+        self._eval_pools = {}
+
+    def _over_runs(self, f, *xs):
+        """``f`` on every run: vmapped over all of them, or (``runs_per_step`` = k) a loop
+        inside the program over chunks of k vmapped runs (``lax.map``): one compile either way."""
+        if self.runs_per_step is None or self.runs_per_step >= len(self.seeds):
+            return jax.vmap(f)(*xs)
+        return jax.lax.map(lambda a: f(*a), xs, batch_size=self.runs_per_step)
 
     def _iteration(self, states, tasks, keys):
-        """Rollouts and updates vmapped over the runs; the estimator once on the S x B
-        groups of all runs together (groups are independent, so this is each run's own
-        credit, without vmapping the kernel's bucket switch into a select of every bucket)."""
+        """Rollouts and updates over the runs (``_over_runs``); the estimator once on the
+        S x B groups of all runs together (groups are independent, so this is each run's
+        own credit, without vmapping the kernel's bucket switch into a select of every bucket)."""
         s0 = self.setups[0]
-        ros = jax.vmap(s0.rollout_fn)(states, tasks, keys)
+        ros = self._over_runs(s0.rollout_fn, states, tasks, keys)
         S, B = ros.batch.mask.shape[:2]
         out = s0.advantages(jax.tree_util.tree_map(lambda x: x.reshape((S * B,) + x.shape[2:]), ros.batch))
         out = jax.tree_util.tree_map(lambda x: x.reshape((S, B) + x.shape[1:]), out)
-        return jax.vmap(s0.learn_from)(states, ros, out)
+        return self._over_runs(s0.learn_from, states, ros, out)
 
-    def _place(self, tree):
+    def place(self, tree):
+        """Put a stacked pytree on the mesh (run axis sharded over "runs"); as is without a mesh."""
         if self.mesh is None:
             return tree
         spec = lambda x: NamedSharding(self.mesh, P(self.runs_axis, *([None] * (x.ndim - 1))))
@@ -85,17 +119,27 @@ class SeedBatch:
 
     def init_states(self) -> TrainState:
         """Each seed's fresh state (its own initial parameters and RNG), stacked."""
-        return self._place(stack([s.trainer.init_state() for s in self.setups]))
+        return self.place(stack([s.trainer.init_state() for s in self.setups]))
 
     def keys(self, it: int):
-        return self._place(jnp.stack([s.iteration_key(it) for s in self.setups]))
+        return self.place(jnp.stack([s.iteration_key(it) for s in self.setups]))
 
     def iterate(self, states: TrainState, it: int) -> tuple[TrainState, list[dict]]:
         """Iteration ``it`` of every seed: (stacked states, one metrics dict of floats per seed)."""
         states, m = self._step(states, self.tasks, self.keys(it))
-        m = jax.device_get(m)
+        m = _to_host(m)
         return states, [{k: float(v[i]) for k, v in m.items()} for i in range(len(self.seeds))]
 
     def evaluate(self, states: TrainState, i: int, **kw) -> dict:
         """``Setup.evaluate`` of seed ``i`` (held-out tasks; ``training=True`` for its training tasks)."""
         return self.setups[i].evaluate(unstack(states, i).params, **kw)
+
+    def evaluate_all(self, states: TrainState, eval_seeds: Sequence[int], *, training: bool = False) -> list[dict]:
+        """Every seed's ``Setup.evaluate(params, seed=eval_seeds[i], training=training)`` as one
+        vmapped program (one compile for all seeds; each seed its own tasks and key)."""
+        if training not in self._eval_pools:
+            self._eval_pools[training] = self.place(stack([s.eval_pool_for(training=training) for s in self.setups]))
+        keys = self.place(jnp.stack([jax.random.PRNGKey(int(e)) for e in eval_seeds]))
+        ro = self._eval(states.params, self._eval_pools[training], keys)
+        success, reward = _to_host((ro.success, ro.batch.reward))
+        return [evaluation(success[i], reward[i]) for i in range(len(self.seeds))]

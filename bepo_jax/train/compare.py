@@ -1,7 +1,10 @@
 """``bepo-jax compare``: several estimators x seeds on one environment, one table, one plot.
 
 Each (estimator, seed) is an ordinary training run under ``out/<estimator>/seed<s>``
-(so a comparison that is interrupted resumes run by run). The table reports, per
+(so a comparison that is interrupted resumes where it stopped). On JAX environments the
+seeds of one estimator run as one compiled program (``train_seeds``; each seed equals
+its single run to float32 tolerance); ``vmap_seeds=False`` runs them one after another.
+The table reports, per
 estimator, the final held-out success rate and the iterations until the training
 success rate (trailing mean over ``window`` iterations) first reaches ``threshold``,
 each as mean +- the 95% confidence half-width of Student's t over the seeds.
@@ -14,17 +17,14 @@ import math
 from pathlib import Path
 from typing import Optional, Sequence
 
-import numpy as np
 
-from .estimators.registry import get_estimator
-from .train import RunConfig, mean_ci, read_metrics, train, trailing_mean
-
-
-def iterations_to(rows: list[dict], threshold: float, window: int = 5) -> Optional[int]:
-    """The first iteration whose trailing-mean training success rate reaches ``threshold``."""
-    its = [r for r in rows if r["iteration"] > 0]
-    reached = np.flatnonzero(trailing_mean([r["success_rate"] for r in its], window) >= threshold)
-    return int(its[reached[0]]["iteration"]) if len(reached) else None
+from ..envs.registry import is_host_env
+from ..estimators.registry import get_estimator
+from .config import RunConfig
+from .loop import train, train_seeds
+from .plots import plot_comparison
+from .report import iterations_to, mean_ci
+from .rundir import is_finished, read_metrics
 
 
 def _fmt(m: float, h: float, digits: int = 3) -> str:
@@ -34,27 +34,35 @@ def _fmt(m: float, h: float, digits: int = 3) -> str:
 
 
 def compare(base: RunConfig, estimators: Sequence[str], *, seeds: int, out: str | Path, threshold: float = 0.5,
-            progress: bool = True) -> str:
+            progress: bool = True, vmap_seeds: Optional[bool] = None, mesh=None) -> str:
     """Run every estimator x seed (resuming finished or interrupted runs) and write
-    ``compare.md``, ``compare.json`` and ``compare.png`` under ``out``; returns the table."""
+    ``compare.md``, ``compare.json`` and ``compare.png`` under ``out``; returns the table.
+
+    ``vmap_seeds``: the seeds of an estimator as one program (default: on JAX
+    environments); ``mesh``: shard that program's run axis over the mesh's "runs" axis."""
     if not estimators:
         raise ValueError("--estimators is empty; give a comma-separated list of registry names.")
     for name in estimators:
         get_estimator(name)  # unknown names raise, listing the valid ones
     if seeds < 1:
         raise ValueError(f"--seeds={seeds} must be >= 1.")
+    host = is_host_env(base.env)
+    if vmap_seeds and host:
+        raise ValueError(f"vmap_seeds: env={base.env!r} runs through the host loop; its seeds run one after another "
+                         "(vmap_seeds=False, or leave it unset).")
+    vmap_seeds = (not host) if vmap_seeds is None else vmap_seeds
     out = Path(out)
     results = {}
     for name in estimators:
-        runs = []
-        for s in range(seeds):
-            cfg = base.replace(estimator=name, seed=base.seed + s)
-            run_dir = out / name / f"seed{cfg.seed}"
-            done = read_metrics(run_dir)
-            if not (done and done[-1]["iteration"] >= cfg.iterations and "eval/success_rate" in done[-1]):
-                train(cfg, run_dir, resume=(run_dir / "config.json").exists(), progress=progress)
-            runs.append(read_metrics(run_dir))
-        results[name] = runs
+        cfg = base.replace(estimator=name)
+        all_seeds = [base.seed + s for s in range(seeds)]
+        dirs = {s: out / name / f"seed{s}" for s in all_seeds}
+        todo = [s for s in all_seeds if not is_finished(dirs[s], cfg.iterations)]
+        if todo and vmap_seeds:
+            train_seeds(cfg, todo, [dirs[s] for s in todo], resume=True, progress=progress, mesh=mesh)
+        for s in todo if not vmap_seeds else ():
+            train(cfg.replace(seed=s), dirs[s], resume=(dirs[s] / "config.json").exists(), progress=progress)
+        results[name] = [read_metrics(dirs[s]) for s in all_seeds]
     summary = {}
     for name, runs in results.items():
         final = [r[-1]["eval/success_rate"] for r in runs]
@@ -78,29 +86,5 @@ def compare(base: RunConfig, estimators: Sequence[str], *, seeds: int, out: str 
     (out / "compare.md").write_text(table + "\n")
     (out / "compare.json").write_text(json.dumps({"config": base.to_dict(), "threshold": threshold,
                                                   "summary": summary}, indent=2))
-    _plot(results, out / "compare.png", title=f"{base.env}: training success rate")
+    plot_comparison(results, out / "compare.png", title=f"{base.env}: training success rate")
     return table
-
-
-def _plot(results: dict, path: Path, *, title: str) -> None:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6.4, 3.8))
-    ax = fig.subplots()
-    for i, (name, runs) in enumerate(results.items()):
-        n = min(len(r) for r in runs)
-        it = np.array([row["iteration"] for row in runs[0][:n]])
-        sr = np.array([[row["success_rate"] for row in r[:n]] for r in runs])
-        w = max(1, n // 10)
-        smooth = np.stack([trailing_mean(s, w) for s in sr])
-        m = smooth.mean(0)
-        ax.plot(it, m, color=f"C{i}", label=name)
-        if len(runs) > 1:
-            h = np.array([mean_ci(smooth[:, j])[1] for j in range(n)])
-            ax.fill_between(it, m - h, m + h, color=f"C{i}", alpha=0.2)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("success rate (trailing mean)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)

@@ -1,0 +1,88 @@
+"""The run configuration (``config.json`` of every run directory)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .._config import check_int, check_range, with_dict_methods
+from ..envs.registry import check_env_name
+from ..estimators.registry import ESTIMATORS, make_config
+from .._config import check_choice
+
+EVAL_SEED_OFFSET = 1_000_003  # held-out tasks are drawn with seed + this
+
+
+@with_dict_methods
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Everything a run needs (written to ``config.json``).
+
+    env ("sokoban" | "maze" | "textworld", a name given to ``register_env``, or an import
+    path "package.module:factory"), estimator (a registry name) and estimator_config
+    (field overrides, e.g. {"lam": 0.5}); iterations, groups B per iteration, group_size
+    K; rollout: prompt_history h (observation/action pairs in the prompt), temperature,
+    constrained decoding, invalid_penalty, max_steps (0 = the environment's default);
+    policy: layers, width, heads; update: learning_rate, ppo_epochs, num_minibatches,
+    entropy_coef; tasks: task_pool (the training tasks, 0 = the environment's default:
+    32 Sokoban levels / 32 mazes / 8 TextWorld games), eval_tasks (held-out tasks, and as
+    many training tasks, evaluated every eval_every iterations); checkpoint_every,
+    keep_checkpoints; seed. Environment knobs: boxes (Sokoban max boxes),
+    rooms/objects/quest_length (TextWorld)."""
+
+    env: str = "sokoban"
+    estimator: str = "gated_bepo"
+    estimator_config: dict = dataclasses.field(default_factory=dict)
+    iterations: int = 60
+    groups: int = 8
+    group_size: int = 8
+    prompt_history: int = 2
+    temperature: float = 1.0
+    constrained: bool = True
+    invalid_penalty: float = -0.1
+    max_steps: int = 0
+    layers: int = 1
+    width: int = 64
+    heads: int = 4
+    learning_rate: float = 3e-3
+    ppo_epochs: int = 1
+    num_minibatches: int = 1
+    entropy_coef: float = 0.0
+    task_pool: int = 0
+    eval_tasks: int = 32
+    eval_every: int = 20
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 2
+    seed: int = 0
+    boxes: int = 2
+    rooms: int = 2
+    objects: int = 3
+    quest_length: int = 1
+
+    @classmethod
+    def from_stored(cls, d: dict) -> "RunConfig":
+        """A RunConfig from a run's config.json, including runs written before
+        ``history`` was renamed ``prompt_history``."""
+        d = dict(d)
+        if "history" in d and "prompt_history" not in d:
+            d["prompt_history"] = d.pop("history")
+        return cls.from_dict(d)
+
+    def __post_init__(self):
+        n = "RunConfig"
+        check_env_name(self.env)
+        check_choice(n, "estimator", self.estimator, ESTIMATORS)
+        if not isinstance(self.estimator_config, dict):
+            raise ValueError("RunConfig.estimator_config must be a dict of the estimator's config fields.")
+        make_config(self.estimator, **self.estimator_config)  # unknown fields raise, listing the valid ones
+        for f in ("iterations", "groups", "group_size", "layers", "width", "heads", "ppo_epochs", "num_minibatches",
+                  "eval_tasks", "eval_every", "checkpoint_every", "keep_checkpoints", "boxes", "rooms", "objects",
+                  "quest_length"):
+            check_int(n, f, getattr(self, f), lo=1)
+        for f in ("prompt_history", "max_steps", "task_pool", "seed"):
+            check_int(n, f, getattr(self, f), lo=0)
+        check_range(n, "temperature", self.temperature, lo=0.0, lo_open=True)
+        check_range(n, "invalid_penalty", self.invalid_penalty, hi=0.0)
+        check_range(n, "learning_rate", self.learning_rate, lo=0.0, lo_open=True)
+        check_range(n, "entropy_coef", self.entropy_coef, lo=0.0)
+        if self.width % self.heads:
+            raise ValueError(f"RunConfig.width={self.width} must be a multiple of heads={self.heads}.")

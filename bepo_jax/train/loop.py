@@ -1,0 +1,186 @@
+"""The training loop: one run (``train``), several seeds as one program (``train_seeds``),
+and a finished run loaded back (``load_run``).
+
+Both loops write the same run directory per seed (``rundir``) and resume from it: a run
+killed at any point and resumed equals the uninterrupted one (same task draws and keys,
+``tests/test_cli_train.py``, ``tests/test_multiseed.py``), and seed i of ``train_seeds``
+equals ``train`` with that seed to float32 tolerance.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import jax
+
+from ..rl.checkpoint import Checkpointer
+from ..rl.train_step import TrainState
+from . import rundir
+from .config import RunConfig
+from .multiseed import SeedBatch, stack, unstack
+from .setup import Setup
+
+
+def _with_env(cfg: RunConfig, env):
+    """``train(..., env=instance)``: register the instance under its name and run on it."""
+    if env is None:
+        return cfg
+    from ..envs.registry import register_env
+
+    name = getattr(env, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"env={env!r} needs a 'name' attribute (a string): the run directory records it.")
+    register_env(name, lambda _cfg, _env=env: _env, overwrite=True)
+    return cfg.replace(env=name)
+
+
+def _setup_for_run(cfg: RunConfig, run_dir: Path) -> Setup:
+    """The run's Setup; generated TextWorld games are shared by the runs beside it."""
+    return Setup(cfg, cache_dir=run_dir.parent / ".textworld_games")
+
+
+def _evaluations(held: dict, train_ev: dict) -> dict:
+    return {**{f"eval/{k}": v for k, v in held.items()}, **{f"eval_train/{k}": v for k, v in train_ev.items()}}
+
+
+def _first_row(evals: dict) -> dict:
+    return {"iteration": 0, **evals, "success_rate": evals["eval_train/success_rate"]}
+
+
+def _timed(m: dict, seconds: float) -> dict:
+    m = dict(m)
+    m["step_time"] = seconds
+    m["env_steps_per_s"] = m["env_steps"] / seconds
+    return m
+
+
+def train(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bool = True,
+          on_iteration: Optional[Callable[[int, dict], None]] = None, env=None) -> dict:
+    """Run (or resume) a training run under ``out``. Returns the first and last evaluations:
+    ``initial`` / ``final`` (held-out tasks), ``initial_train`` / ``final_train`` (training tasks).
+
+    ``env``: a JaxEnv instance to train on (registered under ``env.name``, which becomes
+    ``cfg.env``; to resume in another process, register it there too, or name it by an
+    import path ``"package.module:factory"`` in ``cfg.env`` instead)."""
+    out = Path(out)
+    cfg = rundir.prepare(_with_env(cfg, env), out, resume=resume)
+    setup = _setup_for_run(cfg, out)
+    ckpt = Checkpointer(out / "checkpoints", max_to_keep=cfg.keep_checkpoints)
+    state = setup.trainer.init_state()
+    start, rows = 0, []
+    if resume and ckpt.steps():
+        state, meta, start = ckpt.restore_latest(setup.trainer.abstract_state())
+        start = int(meta.get("iteration", start))
+        rows = [r for r in rundir.read_metrics(out) if r["iteration"] <= start]
+    log = rundir.MetricsLog(out, rows, start)
+    evaluate = lambda st, seed: _evaluations(setup.evaluate(st.params, seed=seed),
+                                             setup.evaluate(st.params, seed=seed, training=True))
+    try:
+        if not log.rows:
+            log.append(_first_row(evaluate(state, cfg.seed)))
+        with rundir.progress_bar(progress) as bar:
+            task = bar.add_task(f"{cfg.env}/{cfg.estimator}", total=cfg.iterations, completed=start, success=0.0,
+                                step_time=0.0)
+            for it in range(start + 1, cfg.iterations + 1):
+                t0 = time.perf_counter()
+                state, m = setup.iterate(state, it)
+                row = {"iteration": it, **_timed(m, time.perf_counter() - t0)}
+                if it % cfg.eval_every == 0 or it == cfg.iterations:
+                    row.update(evaluate(state, cfg.seed + it))
+                log.append(row)
+                if it % cfg.checkpoint_every == 0 or it == cfg.iterations:
+                    ckpt.save(it, state, {"iteration": it, "config": cfg.to_dict()})
+                bar.update(task, completed=it, success=row["success_rate"], step_time=row["step_time"])
+                if on_iteration is not None:
+                    on_iteration(it, row)
+    finally:
+        log.close(cfg)
+        ckpt.close()
+    return rundir.finish(cfg, out, log.rows)
+
+
+def train_seeds(cfg: RunConfig, seeds: Sequence[int], outs: Sequence[str | Path], *, resume: bool = False,
+                progress: bool = True, on_iteration: Optional[Callable[[int, list[dict]], None]] = None,
+                mesh=None, env=None) -> list[dict]:
+    """``train(cfg.replace(seed=s), outs[i])`` for every seed, as ONE compiled program per
+    iteration (``SeedBatch``: rollouts and updates vmapped over a run axis, sharded over
+    ``mesh``'s "runs" axis when given). Each ``outs[i]`` is an ordinary run directory
+    (``bepo-jax eval`` and ``train(..., resume=True)`` read it). Resuming restores every
+    seed from the newest checkpoint iteration that all of them have. Returns one
+    ``train``-style result per seed."""
+    seeds = [int(s) for s in seeds]
+    outs = [Path(o) for o in outs]
+    if len(outs) != len(seeds):
+        raise ValueError(f"train_seeds: {len(seeds)} seeds but {len(outs)} run directories; give one per seed.")
+    base = _with_env(cfg, env)
+    cfgs = [rundir.prepare(base.replace(seed=s), o, resume=resume) for s, o in zip(seeds, outs)]
+    cfg = cfgs[0].replace(seed=base.seed)
+    runs = SeedBatch(cfg, seeds, mesh=mesh)
+    ckpts = [Checkpointer(o / "checkpoints", max_to_keep=cfg.keep_checkpoints) for o in outs]
+    logs = []
+    try:
+        states, start = runs.init_states(), 0
+        common = set.intersection(*(set(c.steps()) for c in ckpts)) if resume else set()
+        if common:
+            start = max(common)
+            restored = [c.restore(s.trainer.abstract_state(), start)[0] for c, s in zip(ckpts, runs.setups)]
+            states = runs.place(stack(restored))
+        for o in outs:
+            logs.append(rundir.MetricsLog(o, [r for r in rundir.read_metrics(o) if r["iteration"] <= start]
+                                          if start else [], start))
+
+        def evaluate(states, it):
+            held = runs.evaluate_all(states, [s + it for s in seeds])
+            tr = runs.evaluate_all(states, [s + it for s in seeds], training=True)
+            return [_evaluations(h, t) for h, t in zip(held, tr)]
+
+        if not start:
+            for log, ev in zip(logs, evaluate(states, 0)):
+                log.append(_first_row(ev))
+        with rundir.progress_bar(progress) as bar:
+            task = bar.add_task(f"{cfg.env}/{cfg.estimator} x{len(seeds)} seeds", total=cfg.iterations,
+                                completed=start, success=0.0, step_time=0.0)
+            for it in range(start + 1, cfg.iterations + 1):
+                t0 = time.perf_counter()
+                states, ms = runs.iterate(states, it)
+                seconds = time.perf_counter() - t0
+                rows = [{"iteration": it, **_timed(m, seconds)} for m in ms]
+                if it % cfg.eval_every == 0 or it == cfg.iterations:
+                    for row, ev in zip(rows, evaluate(states, it)):
+                        row.update(ev)
+                for log, row in zip(logs, rows):
+                    log.append(row)
+                if it % cfg.checkpoint_every == 0 or it == cfg.iterations:
+                    for i, (c, ci) in enumerate(zip(ckpts, cfgs)):
+                        c.save(it, unstack(states, i), {"iteration": it, "config": ci.to_dict()})
+                bar.update(task, completed=it, success=sum(r["success_rate"] for r in rows) / len(rows),
+                           step_time=seconds)
+                if on_iteration is not None:
+                    on_iteration(it, rows)
+    finally:
+        for log, ci in zip(logs, cfgs):
+            log.close(ci)
+        for c in ckpts:
+            c.close()
+    return [rundir.finish(ci, o, log.rows) for ci, o, log in zip(cfgs, outs, logs)]
+
+
+def load_run(path: str | Path) -> tuple[Setup, TrainState, int]:
+    """A run directory (or its ``checkpoints/``) -> (setup, restored state, iteration)."""
+    import json
+
+    path = Path(path)
+    run = path.parent if path.name == "checkpoints" else path
+    cfg_path = run / "config.json"
+    if not cfg_path.exists():
+        raise ValueError(f"{path} is not a run directory: no config.json in {run} (pass the --out of a train run).")
+    cfg = RunConfig.from_stored(json.loads(cfg_path.read_text()))
+    setup = _setup_for_run(cfg, run)
+    ckpt = Checkpointer(run / "checkpoints", max_to_keep=cfg.keep_checkpoints)
+    try:
+        state, meta, step = ckpt.restore_latest(setup.trainer.abstract_state())
+    finally:
+        ckpt.close()
+    return setup, state, int(meta.get("iteration", step))

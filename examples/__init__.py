@@ -1,0 +1,1 @@
+"""Examples run by the tests (README, "Bring your own environment")."""
