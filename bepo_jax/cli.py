@@ -90,7 +90,7 @@ def _compare(args: argparse.Namespace) -> int:
     base = _run_config(args, estimator=names[0] if names and names[0] in ESTIMATORS else None)
     out = Path(args.out or f"runs/compare_{base.env}")
     table = compare(base, names, seeds=args.seeds, out=out, threshold=args.threshold, progress=not args.quiet,
-                    vmap_seeds=False if args.sequential_seeds else None)
+                    seeds_in_one_program=False if args.sequential_seeds else None)
     print(table)
     print(f"results: {out}/compare.md, compare.json, compare.png")
     return 0

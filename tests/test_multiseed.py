@@ -30,11 +30,13 @@ def _close_params(a, b):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("sharded", [False, True])
-def test_each_vmapped_seed_equals_its_single_run(sharded):
+@pytest.mark.parametrize("sharded,runs_per_step", [(False, None), (False, 2), (True, None)])
+def test_each_vmapped_seed_equals_its_single_run(sharded, runs_per_step):
+    """All runs vmapped, looped in chunks of 2 (3 seeds: a chunk of 2 and a remainder of 1),
+    and vmapped with the run axis sharded over 2 devices."""
     seeds = [0, 1, 2, 3] if sharded else [0, 1, 2]
     mesh = make_mesh((2,), ("runs",), devices=jax.devices()[:2]) if sharded else None
-    runs = SeedBatch(CFG, seeds, mesh=mesh)
+    runs = SeedBatch(CFG, seeds, mesh=mesh, runs_per_step=runs_per_step)
     states = runs.init_states()
     per_seed = [[] for _ in seeds]
     for it in (1, 2):
@@ -57,6 +59,10 @@ def test_seed_batch_refuses_what_it_cannot_run():
         SeedBatch(CFG, [1, 1])
     with pytest.raises(ValueError, match="host loop"):
         SeedBatch(CFG.replace(env="textworld"), [0, 1])
+    with pytest.raises(ValueError, match="runs_per_step=0 must be"):
+        SeedBatch(CFG, [0, 1], runs_per_step=0)
+    with pytest.raises(ValueError, match="leave runs_per_step=None"):
+        SeedBatch(CFG, [0, 1], runs_per_step=1, mesh=make_mesh((2,), ("runs",), devices=jax.devices()[:2]))
     with pytest.raises(ValueError, match="add a 'runs' axis"):
         SeedBatch(CFG, [0, 1], mesh=make_mesh((2,), ("data",), devices=jax.devices()[:2]))
 

@@ -3,11 +3,11 @@
 Each (estimator, seed) is an ordinary training run under ``out/<estimator>/seed<s>``
 (so a comparison that is interrupted resumes where it stopped). On JAX environments the
 seeds of one estimator run as one compiled program (``train_seeds``; each seed equals
-its single run to float32 tolerance); ``vmap_seeds=False`` runs them one after another.
-The table reports, per
-estimator, the final held-out success rate and the iterations until the training
-success rate (trailing mean over ``window`` iterations) first reaches ``threshold``,
-each as mean +- the 95% confidence half-width of Student's t over the seeds.
+its single run to float32 tolerance); ``seeds_in_one_program=False`` runs them one after
+another. The table reports, per estimator, the final held-out success rate and the
+iterations until the training success rate (trailing mean over ``window`` iterations)
+first reaches ``threshold``, each as mean +- the 95% confidence half-width of Student's t
+over the seeds.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ def _fmt(m: float, h: float, digits: int = 3) -> str:
 
 
 def compare(base: RunConfig, estimators: Sequence[str], *, seeds: int, out: str | Path, threshold: float = 0.5,
-            progress: bool = True, vmap_seeds: Optional[bool] = None, mesh=None) -> str:
+            progress: bool = True, seeds_in_one_program: Optional[bool] = None, mesh=None) -> str:
     """Run every estimator x seed (resuming finished or interrupted runs) and write
     ``compare.md``, ``compare.json`` and ``compare.png`` under ``out``; returns the table.
 
-    ``vmap_seeds``: the seeds of an estimator as one program (default: on JAX
+    ``seeds_in_one_program``: the seeds of an estimator as one program (default: on JAX
     environments); ``mesh``: shard that program's run axis over the mesh's "runs" axis."""
     if not estimators:
         raise ValueError("--estimators is empty; give a comma-separated list of registry names.")
@@ -47,10 +47,10 @@ def compare(base: RunConfig, estimators: Sequence[str], *, seeds: int, out: str 
     if seeds < 1:
         raise ValueError(f"--seeds={seeds} must be >= 1.")
     host = is_host_env(base.env)
-    if vmap_seeds and host:
-        raise ValueError(f"vmap_seeds: env={base.env!r} runs through the host loop; its seeds run one after another "
-                         "(vmap_seeds=False, or leave it unset).")
-    vmap_seeds = (not host) if vmap_seeds is None else vmap_seeds
+    if seeds_in_one_program and host:
+        raise ValueError(f"seeds_in_one_program: env={base.env!r} runs through the host loop; its seeds run one "
+                         "after another (seeds_in_one_program=False, or leave it unset).")
+    seeds_in_one_program = (not host) if seeds_in_one_program is None else seeds_in_one_program
     out = Path(out)
     results = {}
     for name in estimators:
@@ -58,9 +58,9 @@ def compare(base: RunConfig, estimators: Sequence[str], *, seeds: int, out: str 
         all_seeds = [base.seed + s for s in range(seeds)]
         dirs = {s: out / name / f"seed{s}" for s in all_seeds}
         todo = [s for s in all_seeds if not is_finished(dirs[s], cfg.iterations)]
-        if todo and vmap_seeds:
+        if todo and seeds_in_one_program:
             train_seeds(cfg, todo, [dirs[s] for s in todo], resume=True, progress=progress, mesh=mesh)
-        for s in todo if not vmap_seeds else ():
+        for s in todo if not seeds_in_one_program else ():
             train(cfg.replace(seed=s), dirs[s], resume=(dirs[s] / "config.json").exists(), progress=progress)
         results[name] = [read_metrics(dirs[s]) for s in all_seeds]
     summary = {}

@@ -103,10 +103,11 @@ def train(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bo
 
 def train_seeds(cfg: RunConfig, seeds: Sequence[int], outs: Sequence[str | Path], *, resume: bool = False,
                 progress: bool = True, on_iteration: Optional[Callable[[int, list[dict]], None]] = None,
-                mesh=None, env=None) -> list[dict]:
+                mesh=None, env=None, runs_per_step="auto") -> list[dict]:
     """``train(cfg.replace(seed=s), outs[i])`` for every seed, as ONE compiled program per
-    iteration (``SeedBatch``: rollouts and updates vmapped over a run axis, sharded over
-    ``mesh``'s "runs" axis when given). Each ``outs[i]`` is an ordinary run directory
+    iteration (``SeedBatch``: rollouts and updates over a run axis — looped inside the
+    program on CPU, vmapped elsewhere, ``runs_per_step`` — and sharded over ``mesh``'s
+    "runs" axis when given). Each ``outs[i]`` is an ordinary run directory
     (``bepo-jax eval`` and ``train(..., resume=True)`` read it). Resuming restores every
     seed from the newest checkpoint iteration that all of them have. Returns one
     ``train``-style result per seed."""
@@ -117,7 +118,7 @@ def train_seeds(cfg: RunConfig, seeds: Sequence[int], outs: Sequence[str | Path]
     base = _with_env(cfg, env)
     cfgs = [rundir.prepare(base.replace(seed=s), o, resume=resume) for s, o in zip(seeds, outs)]
     cfg = cfgs[0].replace(seed=base.seed)
-    runs = SeedBatch(cfg, seeds, mesh=mesh)
+    runs = SeedBatch(cfg, seeds, mesh=mesh, runs_per_step=runs_per_step)
     ckpts = [Checkpointer(o / "checkpoints", max_to_keep=cfg.keep_checkpoints) for o in outs]
     logs = []
     try:
