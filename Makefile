@@ -4,8 +4,15 @@
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
+# The second supported set: Python 3.12 with current JAX (requirements-py312.lock).
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+VENV312 := .venv312
+# On 3.12: the kernels, the training step, rollouts, train/resume/compare, seeds, your own env.
+PY312_TESTS := tests/test_estimators.py tests/test_graph.py tests/test_fixed_point.py tests/test_returns_stats.py \
+	tests/test_contract.py tests/test_rl.py tests/test_rollout.py tests/test_cli_train.py tests/test_multiseed.py \
+	tests/test_byo_env.py tests/test_sharding.py
 
-.PHONY: train demo test lock clean
+.PHONY: train demo test test-py312 lock lock-py312 clean
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +33,19 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -n 2 -q $(if $(CI),,-m "not slow")
 	BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16 $(PY) -m pytest -n 2 -q --nbmake notebooks/*.ipynb
 
-# Re-lock after changing dependencies in pyproject.toml.
+$(VENV312)/.installed: requirements-py312.lock pyproject.toml
+	test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
+	$(VENV312)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV312)/bin/python -m pip install --quiet -r requirements-py312.lock
+	$(VENV312)/bin/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+# The same kernels, training step, resume and notebooks on Python 3.12 with current JAX.
+test-py312: $(VENV312)/.installed
+	$(VENV312)/bin/python -m pytest -n 2 -q $(if $(CI),,-m "not slow") $(PY312_TESTS)
+	BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16 $(VENV312)/bin/python -m pytest -n 2 -q --nbmake notebooks/*.ipynb
+
+# Re-lock after changing dependencies in pyproject.toml (lock: Python 3.11, lock-py312: 3.12).
 lock:
 	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv
 	.lockvenv/bin/pip install --quiet --upgrade pip
@@ -34,5 +53,12 @@ lock:
 	.lockvenv/bin/pip freeze --exclude bepo-jax | grep -v '^-e' > requirements.lock
 	rm -rf .lockvenv
 
+lock-py312:
+	rm -rf .lockvenv && $(PYTHON312) -m venv .lockvenv
+	.lockvenv/bin/pip install --quiet --upgrade pip
+	.lockvenv/bin/pip install --quiet ".[dev]"
+	.lockvenv/bin/pip freeze --exclude bepo-jax | grep -v '^-e' > requirements-py312.lock
+	rm -rf .lockvenv
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV312) .pytest_cache .hypothesis
