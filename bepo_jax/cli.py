@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--threshold", type=float, default=0.5, help="success rate for 'iterations to threshold'")
     c.add_argument("--sequential-seeds", action="store_true",
                    help="run the seeds one after another (default on JAX environments: all seeds of an estimator "
-                        "as one vmapped program; the same numbers to float32 tolerance)")
+                        "as one compiled program; the same numbers to float32 tolerance)")
     _add_run_flags(c)
     c.set_defaults(func=_compare)
 
