@@ -1,9 +1,11 @@
-"""The empirical state graph of one group, built by sort + segment ops inside jit.
+"""The empirical state graph of one group, built inside jit (a hash table on CPU, sorts on
+GPU/TPU, then segment ops).
 
 A group has N = K * T record slots. Its nodes are
 
 * source states: the distinct ``obs_key`` values of the valid records, numbered
-  0 .. S-1 in key order (S <= N; ids are group-local, never shared across groups);
+  0 .. S-1 (S <= N; ids are group-local, never shared across groups; the order of the
+  numbering is not part of the contract, see ``dense_ids``);
 * three typed absorbing nodes END[o] = N + o for o in (SUCCESS, FAILURE, TRUNCATED),
   with value 0.
 
@@ -50,9 +52,10 @@ class GroupGraph(NamedTuple):
         return self.valid.size
 
 
-# Up to this many record slots per group, ids come from single-operand uint32 sorts
-# (packed ranks, see ``_rank``), which XLA:CPU runs ~7x faster than the multi-operand
-# comparator sort used above it: n * (n + 4) must stay below 2**32 - 1.
+# On the sort path (GPU/TPU, and one-key successor counts everywhere): up to this many
+# record slots per group, ids come from single-operand uint32 sorts (packed ranks, see
+# ``_rank``), which XLA:CPU ran ~7x faster than the multi-operand comparator sort used
+# above it: n * (n + 4) must stay below 2**32 - 1.
 FAST_SORT_MAX_SLOTS = 65_532
 _SENTINEL = np.uint32(0xFFFFFFFF)
 
