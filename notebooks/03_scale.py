@@ -106,12 +106,14 @@ for name, out in (("jit + NamedSharding", on_mesh), ("shard_map", per_device)):
 # %% [markdown]
 # Under `jit` the fixed-point loop of the whole batch runs until its slowest group
 # converges; under `shard_map` each device stops with its own groups. The per-group
-# counts are the same either way (each group stops updating when it converges):
+# counts agree either way (each group stops updating when it converges) — to within one
+# sweep: the two programs may round a group's stopping test differently (seen on JAX 0.12
+# for one group of 16: 66 sweeps against 67; identical on JAX 0.10.2):
 
 # %%
 it_jit = np.asarray(on_mesh.iterations)
 it_map = np.asarray(per_device.iterations)
-assert (it_jit == it_map).all()
+assert np.abs(it_jit - it_map).max() <= 1
 per_dev = it_map.reshape(8, -1).max(axis=1)
 plt.bar(np.arange(8), per_dev, color="C1", label="sweeps run on each device (shard_map)")
 plt.axhline(it_jit.max(), color="C0", label=f"sweeps run everywhere under jit ({it_jit.max()})")
