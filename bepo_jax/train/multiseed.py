@@ -39,6 +39,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import numpy as np
 
+from ..envs.registry import is_host_env
 from ..rl.train_step import TrainState
 from .config import RunConfig
 from .setup import Setup, evaluation
@@ -81,7 +82,7 @@ class SeedBatch:
             raise ValueError("SeedBatch needs at least one seed.")
         if len(set(seeds)) != len(seeds):
             raise ValueError(f"SeedBatch seeds must differ; got {seeds}.")
-        if env is None and cfg.env == "textworld":
+        if env is None and is_host_env(cfg.env):
             raise ValueError("SeedBatch vmaps the fused JAX loop; env='textworld' runs through the host loop — run its "
                              "seeds one after another (train, or bepo-jax compare).")
         if mesh is not None and runs_axis not in mesh.shape:
