@@ -1,0 +1,298 @@
+"""The paper's claims, tested: every estimator and the ablation ladder, seeds in one program.
+
+Experiments (``--experiment``):
+
+* ``e1``       Sokoban 6x6, 1-2 boxes, 10 steps (the library's default room).
+* ``e1_hard``  Sokoban 7x7, 1-2 boxes scrambled by 50 backward moves, 20 steps: longer
+               solutions and room for detours, where step credit should matter more.
+* ``e2``       TextWorld (host loop, seeds one after another): 3 rooms, a 2-step quest.
+* ``sweep``    Gated-BEPO's knobs on E1: lam, eta_gated, w and history at the settings
+               the credit lab ranks best and worst (``experiments/credit_lab.py``).
+
+Arms of e1/e1_hard/e2 (label: estimator and config): every estimator of the registry
+(grpo, gigpo, graphgpo, gagpo, hgpo, gated_bepo) and the ablation ladder the paper climbs
+-- outcome only (grpo) -> + fixed-point credit everywhere, added (``ladder_fp_added``:
+bepo_nogate, eta_gated = 1) -> + the gate (bepo_additive) -> + complementary mixing
+(gated_bepo) -- plus the Monte-Carlo-values ablation (bepo_mc).
+
+Every (arm, seed) is an ordinary run directory under ``--out/<experiment>/<arm>/seed<s>``
+(interrupted experiments resume; finished runs are read, not re-run). The seeds of an arm
+run as one program (``train_seeds``). Arms share their seeds' tasks (a run's training pool
+and held-out tasks depend only on its seed), so differences between arms are paired per
+seed. Reported per arm: held-out success (the headline) and training-task success at the
+end, the paired change from the start, and the paired difference from the reference arm
+(gated_bepo, or the default in a sweep) -- each a mean over seeds +- the 95% Student-t
+half-width over seeds -- and success against environment steps as a plot. Results:
+``experiments/results/<experiment>.{json,md,png}``, rewritten after every arm (arms not
+yet run are listed as such).
+
+``--scale`` moves an experiment without code changes: ``cpu`` (the defaults below, ~1 h
+on 2 CPU cores for e1), ``gpu`` (4x the groups, a 2-layer 128-wide policy, the run axis
+vmapped), ``pod`` (16x the groups, a 4-layer 256-wide policy, the run axis sharded over
+every device of every host: call ``jax.distributed.initialize()`` first, via
+``--distributed``). Only ``cpu`` has been run by us.
+
+    python experiments/claims.py --experiment e1                   # 9 arms x 8 seeds
+    python experiments/claims.py --experiment e1 --arms grpo,gated_bepo --seeds 2 --iterations 2   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from bepo_jax.envs.registry import is_host_env  # noqa: E402
+from bepo_jax.envs.sokoban import SokobanConfig, SokobanEnv  # noqa: E402
+from bepo_jax.train import RunConfig, mean_ci, read_metrics, train, train_seeds  # noqa: E402
+from bepo_jax.train.rundir import is_finished  # noqa: E402
+
+
+def sokoban_hard(cfg: RunConfig) -> SokobanEnv:
+    """E1-hard's room (an ``--env`` import path, so a resumed run rebuilds it): 7x7,
+    up to ``cfg.boxes`` boxes, 50 backward scrambling moves, 20 steps."""
+    return SokobanEnv(SokobanConfig(size=7, num_boxes=(1, cfg.boxes), reverse_steps=50, max_steps=20))
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    label: str
+    estimator: str
+    config: dict = dataclasses.field(default_factory=dict)
+
+
+ESTIMATOR_ARMS = (
+    Arm("grpo", "grpo"), Arm("gigpo", "gigpo"), Arm("graphgpo", "graphgpo"), Arm("gagpo", "gagpo"),
+    Arm("hgpo", "hgpo"),
+    Arm("ladder_fp_added", "bepo_nogate", {"eta_gated": 1.0}),
+    Arm("bepo_additive", "bepo_additive"), Arm("bepo_mc", "bepo_mc"), Arm("gated_bepo", "gated_bepo"))
+LADDER = (("outcome only", "grpo"), ("+ fixed point everywhere, added", "ladder_fp_added"),
+          ("+ the gate", "bepo_additive"), ("+ complementary mixing", "gated_bepo"))
+# The credit lab's ranking on Sokoban (pearson with the exact advantage, K = 4 and 8):
+# best lam 0 / 0.25, eta_gated 0, w 2; worst lam 1, eta_gated 1, w 0.25, history 2.
+SWEEP_ARMS = (
+    Arm("default", "gated_bepo"),
+    Arm("lam_0", "gated_bepo", {"lam": 0.0}), Arm("lam_1", "gated_bepo", {"lam": 1.0}),
+    Arm("eta_gated_0", "gated_bepo", {"eta_gated": 0.0}), Arm("eta_gated_1", "gated_bepo", {"eta_gated": 1.0}),
+    Arm("w_2", "gated_bepo", {"w": 2.0}), Arm("w_0.25", "gated_bepo", {"w": 0.25}),
+    Arm("history_2", "gated_bepo", {"history": 2}))
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    title: str
+    base: dict
+    arms: tuple
+    reference: str
+    seeds: int
+    iterations: int
+    eval_every: int
+
+
+EXPERIMENTS = {
+    "e1": Experiment("E1 Sokoban 6x6, 1-2 boxes", dict(env="sokoban", boxes=2), ESTIMATOR_ARMS, "gated_bepo",
+                     seeds=8, iterations=30, eval_every=10),
+    "e1_hard": Experiment("E1-hard Sokoban 7x7, 1-2 boxes, 20 steps",
+                          dict(env="experiments.claims:sokoban_hard", boxes=2), ESTIMATOR_ARMS, "gated_bepo",
+                          seeds=8, iterations=30, eval_every=10),
+    "e2": Experiment("E2 TextWorld, 3 rooms, 2-step quest", dict(env="textworld", rooms=3, quest_length=2),
+                     ESTIMATOR_ARMS, "gated_bepo", seeds=5, iterations=20, eval_every=10),
+    "sweep": Experiment("Gated-BEPO's knobs on E1", dict(env="sokoban", boxes=2), SWEEP_ARMS, "default",
+                        seeds=8, iterations=30, eval_every=10),
+}
+SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
+          "pod": dict(groups=128, layers=4, width=256, eval_tasks=128)}
+
+
+# -- statistics ------------------------------------------------------------------------
+def seed_numbers(rows: list[dict]) -> dict:
+    """One run's numbers: success at the start and the end (held-out and training tasks),
+    and the evaluation curve against cumulative environment steps."""
+    steps = np.cumsum([r.get("env_steps", 0.0) for r in rows])
+    ev = [(int(r["iteration"]), float(s), r["eval/success_rate"], r["eval_train/success_rate"])
+          for r, s in zip(rows, steps) if "eval/success_rate" in r]
+    return {"held_out_before": ev[0][2], "held_out_after": ev[-1][2], "train_before": ev[0][3],
+            "train_after": ev[-1][3], "curve": ev}
+
+
+def verdict(mh: tuple[float, float]) -> str:
+    m, h = mh
+    if np.isnan(h):
+        return "one seed"
+    return "not separated" if abs(m) <= h else ("higher" if m > 0 else "lower")
+
+
+def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
+    """Per arm: means +- 95% t over seeds, and paired differences from ``reference`` (same seeds)."""
+    out = {}
+    ref = per_arm.get(reference)
+    for label, seeds in per_arm.items():
+        s = {k: mean_ci([x[k] for x in seeds]) for k in ("held_out_after", "train_after")}
+        s["held_out_change"] = mean_ci([x["held_out_after"] - x["held_out_before"] for x in seeds])
+        s["train_change"] = mean_ci([x["train_after"] - x["train_before"] for x in seeds])
+        if ref is not None and label != reference:
+            n = min(len(ref), len(seeds))
+            for k in ("held_out_after", "train_after"):
+                d = mean_ci([seeds[i][k] - ref[i][k] for i in range(n)])
+                s[f"{k}_minus_{reference}"] = d
+                s[f"{k}_verdict"] = verdict(d)
+        s["seeds"] = len(seeds)
+        out[label] = s
+    return out
+
+
+# -- running -------------------------------------------------------------------------
+def run_arm(exp: Experiment, arm: Arm, base: RunConfig, seeds: int, out: Path, *, progress: bool, mesh=None
+            ) -> list[dict]:
+    cfg = base.replace(estimator=arm.estimator, estimator_config=dict(arm.config))
+    dirs = [out / arm.label / f"seed{s}" for s in range(seeds)]
+    todo = [s for s in range(seeds) if not is_finished(dirs[s], cfg.iterations)]
+    if todo and not is_host_env(cfg.env):
+        train_seeds(cfg, todo, [dirs[s] for s in todo], resume=True, progress=progress, mesh=mesh)
+    for s in todo if is_host_env(cfg.env) else ():
+        train(cfg.replace(seed=s), dirs[s], resume=(dirs[s] / "config.json").exists(), progress=progress)
+    return [seed_numbers(read_metrics(d)) for d in dirs]
+
+
+def fmt(mh, d: int = 3) -> str:
+    m, h = mh
+    return "n/a" if np.isnan(m) else f"{m:+.{d}f}".lstrip("+") + ("" if np.isnan(h) else f" +- {h:.{d}f}")
+
+
+def plot(exp: Experiment, per_arm: dict, path: Path) -> None:
+    """Held-out and training-task success against environment steps (mean over seeds,
+    95% t band over seeds), and the ablation ladder (final held-out success)."""
+    from matplotlib.figure import Figure
+
+    ladder = [(name, lab) for name, lab in LADDER if lab in per_arm] if exp.arms is ESTIMATOR_ARMS else []
+    fig = Figure(figsize=(13 if ladder else 9, 3.8))
+    axes = fig.subplots(1, 3 if ladder else 2)
+    for i, (label, seeds) in enumerate(per_arm.items()):
+        n = min(len(s["curve"]) for s in seeds)
+        c = np.array([s["curve"][:n] for s in seeds])  # [seeds, evals, 4]
+        x = c[:, :, 1].mean(0)
+        for ax, col in zip(axes[:2], (2, 3)):
+            m = c[:, :, col].mean(0)
+            h = np.array([mean_ci(c[:, j, col])[1] for j in range(n)]) if len(seeds) > 1 else np.zeros(n)
+            ax.plot(x, m, marker="o", ms=3, color=f"C{i % 10}", ls="-" if i < 10 else "--", label=label)
+            ax.fill_between(x, m - h, m + h, color=f"C{i % 10}", alpha=0.12)
+    for ax, what in zip(axes[:2], ("held-out tasks", "training tasks")):
+        ax.set_xlabel("environment steps (per run)")
+        ax.set_ylabel(f"success, {what}")
+    axes[0].legend(fontsize=7, ncol=2)
+    if ladder:
+        ax = axes[2]
+        ms = [mean_ci([s["held_out_after"] for s in per_arm[lab]]) for _, lab in ladder]
+        ax.bar(range(len(ladder)), [m for m, _ in ms], yerr=[0 if np.isnan(h) else h for _, h in ms], capsize=4,
+               color="C0")
+        ax.set_xticks(range(len(ladder)), [name for name, _ in ladder], rotation=20, ha="right", fontsize=7)
+        ax.set_ylabel("held-out success at the end")
+        ax.set_title("the ablation ladder", fontsize=9)
+    fig.suptitle(exp.title + " (mean, 95% t band over seeds)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pending: list[str], wall: float,
+          results: Path) -> str:
+    from experiments.bench_advantages import machine
+
+    summary = summarize(per_arm, exp.reference)
+    cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    results.mkdir(parents=True, exist_ok=True)
+    info = dict(experiment=name, title=exp.title, command=cmd, machine=machine(), scale=args.scale,
+                config=base.to_dict(), seeds=args.seeds, reference=exp.reference, wall_s=wall, pending=pending,
+                arms={a.label: dict(estimator=a.estimator, config=a.config) for a in exp.arms},
+                summary=summary, per_seed=per_arm)
+    (results / f"{name}.json").write_text(json.dumps(info, indent=2))
+    ref = exp.reference
+    lines = [f"# {exp.title}", "", f"Command: `{cmd}`  ",
+             f"{base.iterations} iterations of {base.groups} groups x {base.group_size} trajectories, {args.seeds} "
+             f"seeds per arm (one program per arm), scale {args.scale}; held-out: {base.eval_tasks} tasks never "
+             f"trained on, {base.group_size} samples each. Every number: mean over seeds +- the 95% Student-t "
+             f"half-width over seeds; 'minus {ref}' is the paired per-seed difference (arms share each seed's "
+             f"tasks). Every arm started is in the table. Wall {wall / 60:.0f} min.", "",
+             f"| arm | estimator (config) | held-out after | change from start | minus {ref} | training tasks "
+             f"after | change from start | minus {ref} |", "|---|---|---|---|---|---|---|---|"]
+    arm_of = {a.label: a for a in exp.arms}
+    for label, s in summary.items():
+        a = arm_of[label]
+        est = a.estimator + (f" ({', '.join(f'{k}={v}' for k, v in a.config.items())})" if a.config else "")
+        diff = lambda k: (f"{fmt(s[k + '_minus_' + ref])} ({s[k + '_verdict']})"
+                          if k + "_minus_" + ref in s else "reference")
+        lines.append(f"| {label} | {est} | {fmt(s['held_out_after'])} | {fmt(s['held_out_change'])} | "
+                     f"{diff('held_out_after')} | {fmt(s['train_after'])} | {fmt(s['train_change'])} | "
+                     f"{diff('train_after')} |")
+    for label in pending:
+        lines.append(f"| {label} | {arm_of[label].estimator} | not run yet | | | | | |")
+    if per_arm:
+        plot(exp, per_arm, results / f"{name}.png")
+        lines += ["", f"![{exp.title}]({name}.png)"]
+    md = "\n".join(lines) + "\n"
+    (results / f"{name}.md").write_text(md)
+    return md
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--experiment", choices=sorted(EXPERIMENTS), default="e1")
+    p.add_argument("--arms", default="", help="comma-separated arm labels (default: all of the experiment's)")
+    p.add_argument("--seeds", type=int, default=None)
+    p.add_argument("--iterations", type=int, default=None)
+    p.add_argument("--scale", choices=sorted(SCALES), default="cpu")
+    p.add_argument("--groups", type=int, default=None, help="override the scale's groups per iteration (smoke runs)")
+    p.add_argument("--eval-tasks", type=int, default=None, help="override the held-out task count (smoke runs)")
+    p.add_argument("--distributed", action="store_true", help="jax.distributed.initialize() first (pod scale)")
+    p.add_argument("--out", default=str(ROOT / "runs" / "claims"))
+    p.add_argument("--results", default=str(ROOT / "experiments" / "results"))
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    exp = EXPERIMENTS[args.experiment]
+    labels = [a.label for a in exp.arms]
+    chosen = [x for x in args.arms.split(",") if x] or labels
+    unknown = [x for x in chosen if x not in labels]
+    if unknown:
+        raise SystemExit(f"--arms: unknown arm(s) {unknown}; {args.experiment} has {', '.join(labels)}.")
+    args.seeds = args.seeds or exp.seeds
+    if args.seeds < 1:
+        raise SystemExit(f"--seeds={args.seeds} must be >= 1.")
+    iterations = args.iterations or exp.iterations
+    scale = dict(SCALES[args.scale])
+    scale.update({k: v for k, v in (("groups", args.groups), ("eval_tasks", args.eval_tasks)) if v is not None})
+    base = RunConfig(**exp.base, **scale, iterations=iterations, eval_every=min(exp.eval_every, iterations),
+                     checkpoint_every=min(10, iterations))
+    mesh = None
+    if args.distributed:
+        import jax
+
+        jax.distributed.initialize()
+    if args.scale == "pod" and not is_host_env(base.env):
+        import jax
+
+        mesh = jax.make_mesh((jax.device_count(),), ("runs",))
+    out = Path(args.out) / args.experiment
+    arms = [a for a in exp.arms if a.label in chosen]
+    per_arm: dict = {}
+    start = time.perf_counter()
+    md = ""
+    for i, arm in enumerate(arms):
+        per_arm[arm.label] = run_arm(exp, arm, base, args.seeds, out, progress=not args.quiet, mesh=mesh)
+        md = write(args.experiment, exp, base, args, per_arm, [a.label for a in arms[i + 1:]],
+                   time.perf_counter() - start, Path(args.results))
+    if not args.quiet:
+        print(md)
+    return summarize(per_arm, exp.reference)
+
+
+if __name__ == "__main__":
+    main()
