@@ -7,10 +7,11 @@ PY := $(VENV)/bin/python
 # The second supported set: Python 3.12 with current JAX (requirements-py312.lock).
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 VENV312 := .venv312
-# On 3.12: the kernels, the training step, rollouts, train/resume/compare, seeds, your own env.
+# On 3.12: the kernels, the training step, rollouts, train/resume/compare, seeds, your own env,
+# and Tunix (its lock has the tunix extra).
 PY312_TESTS := tests/test_estimators.py tests/test_graph.py tests/test_fixed_point.py tests/test_returns_stats.py \
 	tests/test_contract.py tests/test_rl.py tests/test_rollout.py tests/test_cli_train.py tests/test_multiseed.py \
-	tests/test_byo_env.py tests/test_sharding.py
+	tests/test_byo_env.py tests/test_sharding.py tests/test_turns.py tests/test_tunix.py
 
 .PHONY: train demo test test-py312 lock lock-py312 clean
 
@@ -56,7 +57,7 @@ lock:
 lock-py312:
 	rm -rf .lockvenv && $(PYTHON312) -m venv .lockvenv
 	.lockvenv/bin/pip install --quiet --upgrade pip
-	.lockvenv/bin/pip install --quiet ".[dev]"
+	.lockvenv/bin/pip install --quiet ".[dev,tunix]"
 	.lockvenv/bin/pip freeze --exclude bepo-jax | grep -v '^-e' > requirements-py312.lock
 	rm -rf .lockvenv
 
