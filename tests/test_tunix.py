@@ -74,7 +74,7 @@ class ChatParser:
         return tokens, 0
 
 
-def make_cluster():
+def make_cluster(packing=None):
     vocab = test_common.MockVocab(mapping_text_to_id={w: i for i, w in enumerate(WORDS)})
     cfg = qwen3.ModelConfig(num_layers=2, vocab_size=len(WORDS), embed_dim=32, hidden_dim=64, num_heads=2,
                             head_dim=16, num_kv_heads=1, rope_theta=10000, norm_eps=1e-6)
@@ -87,7 +87,8 @@ def make_cluster():
             role_to_mesh={roles.ACTOR: mesh, roles.REFERENCE: mesh, roles.ROLLOUT: mesh},
             rollout_engine="vanilla", offload_to_cpu=False,
             training_config=rl_cluster_lib.RLTrainingConfig(actor_optimizer=optax.sgd(1e-2), eval_every_n_steps=100,
-                                                            max_steps=2, gradient_accumulation_steps=None),
+                                                            max_steps=2, gradient_accumulation_steps=None,
+                                                            max_seq_token_per_tpu=packing),
             rollout_config=base_rollout.RolloutConfig(max_prompt_length=32, max_tokens_to_generate=L,
                                                       return_logprobs=True, kv_cache_size=256, temperature=1.0,
                                                       eos_tokens=STOP)))
@@ -228,3 +229,40 @@ def test_trajectory_level_registry_entries():
     ours = function_registry.get_advantage_estimator("bepo_jax/grpo")(rewards=r, num_generations=4)
     theirs = function_registry.get_advantage_estimator("grpo")(rewards=r, num_generations=4)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)  # same definition: unbiased std, eps 1e-6
+
+
+def test_train_unpads_multi_turn_streams_while_packing(monkeypatch):
+    """With sequence packing on, Tunix's train loop unpads with unpad_multi_turn (and the
+    original is back afterwards); without packing nothing is replaced."""
+    from tunix.rl import utils as rl_utils
+    from tunix.rl.agentic import agentic_grpo_learner
+
+    seen = []
+    monkeypatch.setattr(agentic_grpo_learner.GRPOLearner, "train", lambda self, *a, **k: seen.append(
+        rl_utils.unpad_train_example))
+    original = rl_utils.unpad_train_example
+    for packing, want in ((256, bt.unpad_multi_turn), (None, original)):
+        learner = make_learner(make_cluster(packing=packing), "gated_bepo")
+        learner.train([])
+        assert seen[-1] is want and rl_utils.unpad_train_example is original
+
+
+def test_multi_turn_unpadding_keeps_the_whole_stream():
+    from tunix.rl import utils as rl_utils
+    from tunix.rl.agentic.agentic_rl_learner import TrainExample
+
+    mask = np.array([[1, 1, 0, 0, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0]], np.int32)
+    adv = np.where(mask == 1, np.array([[1, 1, 0, 0, 2, 2, 0, 0], [3, 3, 3, 0, 0, 0, 0, 0]], np.float32), 0)
+    ex = TrainExample(prompt_ids=np.array([[0, 5], [5, 6]]), prompt_mask=np.array([[0, 1], [1, 1]]),
+                      completion_ids=np.arange(16).reshape(2, 8) + 7, completion_mask=mask, advantages=adv,
+                      ref_per_token_logps=None, old_per_token_logps=-np.ones((2, 8), np.float32),
+                      policy_version=np.zeros(2, np.int32))
+    tunix_cut = rl_utils.unpad_train_example(ex)
+    assert len(tunix_cut[0]["completion_ids"]) == 4  # Tunix's cut: sum(mask) drops the second turn's tokens
+    ours = bt.unpad_multi_turn(ex)
+    np.testing.assert_array_equal(ours[0]["completion_ids"], np.arange(6) + 7)
+    np.testing.assert_array_equal(ours[0]["advantages"], [1, 1, 0, 0, 2, 2])
+    np.testing.assert_array_equal(ours[0]["completion_mask"], [1, 1, 0, 0, 1, 1])
+    assert len(ours[0]["old_per_token_logps"]) == 6
+    for k in ("completion_ids", "advantages", "completion_mask", "prompt_ids"):  # single-turn rows: Tunix's cut
+        np.testing.assert_array_equal(ours[1][k], tunix_cut[1][k])

@@ -47,6 +47,7 @@ try:
     import jax.numpy as jnp
     from tunix.rl import function_registry
     from tunix.rl import rl_cluster as rl_cluster_lib
+    from tunix.rl import utils as rl_utils
     from tunix.rl.agentic import agentic_grpo_learner
     from tunix.rl.agentic import utils as agentic_utils
     from tunix.rl.agentic.trajectory import trajectory_collect_engine
@@ -173,6 +174,31 @@ class StepCreditConfig(agentic_grpo_learner.GRPOConfig):
         return a[len(PREFIX):] if a.startswith(PREFIX) else a
 
 
+def unpad_multi_turn(example) -> list[dict]:
+    """Tunix's ``utils.unpad_train_example`` for multi-turn streams.
+
+    Tunix (0.1.7) cuts each completion at ``sum(completion_mask)`` tokens before packing
+    sequences (``max_seq_token_per_tpu``); with environment tokens in the middle of a
+    multi-turn stream (mask 0) that drops the stream's last assistant tokens and their
+    advantages. This cuts at the last masked-in token instead (the same cut for
+    single-turn masks, which are a prefix of ones). ``StepCreditGRPOLearner.train`` uses
+    it while sequence packing is on."""
+    c_mask = np.asarray(example.completion_mask)
+    items = _TUNIX_UNPAD(example.replace(completion_mask=np.ones_like(c_mask)))
+    for i, item in enumerate(items):
+        on = np.flatnonzero(c_mask[i])
+        n = int(on[-1]) + 1 if on.size else 0
+        for k in _PER_TOKEN:
+            if item.get(k) is not None and (k != "advantages" or item.get("adv_is_per_token")):
+                item[k] = item[k][:n]
+        item["completion_mask"] = c_mask[i, :n]
+    return items
+
+
+_PER_TOKEN = ("completion_ids", "advantages", "ref_per_token_logps", "old_per_token_logps", "returns", "old_values")
+_TUNIX_UNPAD = rl_utils.unpad_train_example
+
+
 def fresh_sampling_seeds(rl_cluster, seed: int = 0) -> None:
     """Give every ``rl_cluster.generate`` call its own sampling key.
 
@@ -225,6 +251,17 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
 
         orchestrator.engine_cls = engine
         return orchestrator
+
+    def train(self, *args, **kwargs):
+        """Tunix's ``train``; with sequence packing on, completions are unpadded by
+        ``unpad_multi_turn`` (Tunix's own cut drops multi-turn tails)."""
+        if self.rl_cluster.cluster_config.training_config.max_seq_token_per_tpu is None:
+            return super().train(*args, **kwargs)
+        rl_utils.unpad_train_example = unpad_multi_turn
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            rl_utils.unpad_train_example = _TUNIX_UNPAD
 
     def _compute_rewards(self, *args, **kwargs):
         rewards = super()._compute_rewards(*args, **kwargs)
