@@ -8,6 +8,8 @@ Experiments (``--experiment``):
 * ``e2``       TextWorld (host loop, seeds one after another): 3 rooms, a 2-step quest.
 * ``sweep``    Gated-BEPO's knobs on E1: lam, eta_gated, w and history at the settings
                the credit lab ranks best and worst (``experiments/credit_lab.py``).
+* ``pool``     the main job (``make train``: Gated-BEPO, 60 iterations) on its fixed pool
+               of 32 training levels against 4096 generated levels (nearly fresh ones).
 
 Arms of e1/e1_hard/e2 (label: estimator and config): every estimator of the registry
 (grpo, gigpo, graphgpo, gagpo, hgpo, gated_bepo) and the ablation ladder the paper climbs
@@ -66,9 +68,12 @@ def sokoban_hard(cfg: RunConfig) -> SokobanEnv:
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
+    """An arm: the estimator, its config fields, and RunConfig overrides (``run``)."""
+
     label: str
     estimator: str
     config: dict = dataclasses.field(default_factory=dict)
+    run: dict = dataclasses.field(default_factory=dict)
 
 
 ESTIMATOR_ARMS = (
@@ -86,6 +91,10 @@ SWEEP_ARMS = (
     Arm("eta_gated_0", "gated_bepo", {"eta_gated": 0.0}), Arm("eta_gated_1", "gated_bepo", {"eta_gated": 1.0}),
     Arm("w_2", "gated_bepo", {"w": 2.0}), Arm("w_0.25", "gated_bepo", {"w": 0.25}),
     Arm("history_2", "gated_bepo", {"history": 2}))
+# The main job (make train) on its fixed pool of 32 training levels against (nearly) fresh
+# levels: 4096 generated levels, so 60 iterations x 8 groups rarely draw one twice.
+POOL_ARMS = (Arm("pool_32", "gated_bepo", run={"task_pool": 32}),
+             Arm("pool_4096", "gated_bepo", run={"task_pool": 4096}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +118,8 @@ EXPERIMENTS = {
                      ESTIMATOR_ARMS, "gated_bepo", seeds=5, iterations=20, eval_every=10),
     "sweep": Experiment("Gated-BEPO's knobs on E1", dict(env="sokoban", boxes=2), SWEEP_ARMS, "default",
                         seeds=8, iterations=30, eval_every=10),
+    "pool": Experiment("The main job: a fixed pool of 32 levels vs fresh levels", dict(env="sokoban"), POOL_ARMS,
+                           "pool_32", seeds=4, iterations=60, eval_every=20),
 }
 SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
           "pod": dict(groups=128, layers=4, width=256, eval_tasks=128)}
@@ -122,7 +133,8 @@ def seed_numbers(rows: list[dict]) -> dict:
     ev = [(int(r["iteration"]), float(s), r["eval/success_rate"], r["eval_train/success_rate"])
           for r, s in zip(rows, steps) if "eval/success_rate" in r]
     return {"held_out_before": ev[0][2], "held_out_after": ev[-1][2], "train_before": ev[0][3],
-            "train_after": ev[-1][3], "curve": ev}
+            "train_after": ev[-1][3], "curve": ev,
+            "iteration_seconds": float(sum(r.get("step_time", 0.0) for r in rows))}
 
 
 def verdict(mh: tuple[float, float]) -> str:
@@ -154,7 +166,7 @@ def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
 # -- running -------------------------------------------------------------------------
 def run_arm(exp: Experiment, arm: Arm, base: RunConfig, seeds: int, out: Path, *, progress: bool, mesh=None
             ) -> list[dict]:
-    cfg = base.replace(estimator=arm.estimator, estimator_config=dict(arm.config))
+    cfg = base.replace(estimator=arm.estimator, estimator_config=dict(arm.config), **arm.run)
     dirs = [out / arm.label / f"seed{s}" for s in range(seeds)]
     todo = [s for s in range(seeds) if not is_finished(dirs[s], cfg.iterations)]
     if todo and not is_host_env(cfg.env):
@@ -208,11 +220,14 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
     from experiments.bench_advantages import machine
 
     summary = summarize(per_arm, exp.reference)
+    # the seeds of an arm run as one program: each seed's rows carry that program's iteration time
+    train_s = sum(seeds[0]["iteration_seconds"] for seeds in per_arm.values())
     cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
     results.mkdir(parents=True, exist_ok=True)
     info = dict(experiment=name, title=exp.title, command=cmd, machine=machine(), scale=args.scale,
-                config=base.to_dict(), seeds=args.seeds, reference=exp.reference, wall_s=wall, pending=pending,
-                arms={a.label: dict(estimator=a.estimator, config=a.config) for a in exp.arms},
+                config=base.to_dict(), seeds=args.seeds, reference=exp.reference, wall_s=wall,
+                iteration_seconds=train_s, pending=pending,
+                arms={a.label: dict(estimator=a.estimator, config=a.config, run=a.run) for a in exp.arms},
                 summary=summary, per_seed=per_arm)
     (results / f"{name}.json").write_text(json.dumps(info, indent=2))
     ref = exp.reference
@@ -221,15 +236,19 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
              f"seeds per arm (one program per arm), scale {args.scale}; held-out: {base.eval_tasks} tasks never "
              f"trained on, {base.group_size} samples each. Every number: mean over seeds +- the 95% Student-t "
              f"half-width over seeds; 'minus {ref}' is the paired per-seed difference (arms share each seed's "
-             f"tasks). Every arm started is in the table. Wall {wall / 60:.0f} min.", "",
+             f"tasks). Every arm started is in the table. Training iterations took {train_s / 60:.0f} min (summed from "
+             f"the run directories: every iteration, the first one's compilation included, evaluations not); this "
+             f"invocation's wall time "
+             f"{wall / 60:.0f} min (finished runs are read, not re-run).", "",
              f"| arm | estimator (config) | held-out after | change from start | minus {ref} | training tasks "
              f"after | change from start | minus {ref} |", "|---|---|---|---|---|---|---|---|"]
     arm_of = {a.label: a for a in exp.arms}
     for label, s in summary.items():
         a = arm_of[label]
-        est = a.estimator + (f" ({', '.join(f'{k}={v}' for k, v in a.config.items())})" if a.config else "")
-        diff = lambda k: (f"{fmt(s[k + '_minus_' + ref])} ({s[k + '_verdict']})"
-                          if k + "_minus_" + ref in s else "reference")
+        fields = {**a.config, **a.run}
+        est = a.estimator + (f" ({', '.join(f'{k}={v}' for k, v in fields.items())})" if fields else "")
+        diff = lambda k: ("reference" if label == ref else f"{fmt(s[k + '_minus_' + ref])} ({s[k + '_verdict']})"
+                          if k + "_minus_" + ref in s else f"n/a ({ref} not run yet)")
         lines.append(f"| {label} | {est} | {fmt(s['held_out_after'])} | {fmt(s['held_out_change'])} | "
                      f"{diff('held_out_after')} | {fmt(s['train_after'])} | {fmt(s['train_change'])} | "
                      f"{diff('train_after')} |")

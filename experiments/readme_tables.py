@@ -137,8 +137,74 @@ def credit_lab() -> str:
     return "\n".join(lines)
 
 
+# The paper's claims (issue text and the papers it cites) and the E1 arms that test them:
+# (claim, the paper's number, arm a, arm b); ours is the paired per-seed difference a - b.
+CLAIMS = (
+    ("Gated-BEPO beats GiGPO", "higher on WebShop and ALFWorld (no number in the text we have)", "gated_bepo", "gigpo"),
+    ("Gated-BEPO beats HGPO", "+3.5 / +4.2 points (WebShop score / success)", "gated_bepo", "hgpo"),
+    ("ladder: + fixed-point credit everywhere, added", "+3.9 (62.5 -> 66.4)", "ladder_fp_added", "grpo"),
+    ("ladder: + the gate", "+7.4 (66.4 -> 73.8)", "bepo_additive", "ladder_fp_added"),
+    ("ladder: + complementary mixing", "+2.1 (73.8 -> 75.9)", "gated_bepo", "bepo_additive"),
+    ("ladder, all four steps", "+13.4 (62.5 -> 75.9)", "gated_bepo", "grpo"),
+    ("GiGPO beats GRPO", "+9.8 Sokoban 6x6 (67.1 -> 76.9, Qwen2.5-VL-3B); +13.9 / +13.0 ALFWorld", "gigpo", "grpo"),
+    ("GraphGPO beats GiGPO", "+10.1 Sokoban 6x6 (76.9 -> 87.0)", "graphgpo", "gigpo"),
+)
+
+
+def _paired(per_seed: dict, a: str, b: str, key: str) -> tuple[float, float]:
+    from bepo_jax.train.report import mean_ci
+
+    return mean_ci([x[key] - y[key] for x, y in zip(per_seed[a], per_seed[b])])
+
+
+def _verdict(mh, higher_claimed: bool = True) -> str:
+    m, h = mh
+    if abs(m) <= h:
+        return "not separated"
+    return "reproduced" if (m > 0) == higher_claimed else "contradicted"
+
+
+def claims_e1() -> str:
+    d = _load("e1.json")
+    ps = d["per_seed"]
+    lines = [f"| claim | paper | ours: held-out success, paired difference (points), 95% t over {d['seeds']} seeds | "
+             "verdict | training tasks, same | verdict |", "|---|---|---|---|---|---|"]
+    for claim, paper, a, b in CLAIMS:
+        if a not in ps or b not in ps:
+            lines.append(f"| {claim} | {paper} | not run yet | | | |")
+            continue
+        held, train = (_paired(ps, a, b, k) for k in ("held_out_after", "train_after"))
+        pts = lambda mh: f"{100 * mh[0]:+.1f} +- {100 * mh[1]:.1f}"
+        lines.append(f"| {claim} ({a} - {b}) | {paper} | {pts(held)} | {_verdict(held)} | {pts(train)} | "
+                     f"{_verdict(train)} |")
+    return "\n".join(lines)
+
+
+def arms_e1() -> str:
+    d = _load("e1.json")
+    lines = ["| arm | held-out after | change from start | training tasks after | change from start |",
+             "|---|---|---|---|---|"]
+    for label, s in d["summary"].items():
+        lines.append(f"| {label} | {_ci(s['held_out_after'])} | {_ci(s['held_out_change'])} | "
+                     f"{_ci(s['train_after'])} | {_ci(s['train_change'])} |")
+    return "\n".join(lines)
+
+
+def main_job_pool() -> str:
+    d = _load("pool.json")
+    lines = ["| training levels | held-out after | change from start | training tasks after | change from start | "
+             "held-out minus pool_32 |", "|---|---|---|---|---|---|"]
+    for label, s in d["summary"].items():
+        diff = s.get("held_out_after_minus_pool_32")
+        lines.append(f"| {label} | {_ci(s['held_out_after'])} | {_ci(s['held_out_change'])} | "
+                     f"{_ci(s['train_after'])} | {_ci(s['train_change'])} | "
+                     f"{_ci(diff) if diff else 'reference'} |")
+    return "\n".join(lines)
+
+
 TABLES = {"main_job": main_job, "compare_sokoban": compare_sokoban, "env_loop": env_loop,
-          "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab}
+          "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
+          "claims_e1": claims_e1, "arms_e1": arms_e1, "pool": main_job_pool}
 
 
 def render(text: str) -> str:
