@@ -233,7 +233,8 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
     ref = exp.reference
     lines = [f"# {exp.title}", "", f"Command: `{cmd}`  ",
              f"{base.iterations} iterations of {base.groups} groups x {base.group_size} trajectories, {args.seeds} "
-             f"seeds per arm (one program per arm), scale {args.scale}; held-out: {base.eval_tasks} tasks never "
+             f"seeds per arm ({'one after another' if is_host_env(base.env) else 'one program per arm'}), scale "
+             f"{args.scale}; held-out: {base.eval_tasks} tasks never "
              f"trained on, {base.group_size} samples each. Every number: mean over seeds +- the 95% Student-t "
              f"half-width over seeds; 'minus {ref}' is the paired per-seed difference (arms share each seed's "
              f"tasks). Every arm started is in the table. Training iterations took {train_s / 60:.0f} min (summed from "
