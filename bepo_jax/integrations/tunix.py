@@ -200,30 +200,29 @@ _TUNIX_UNPAD = rl_utils.unpad_train_example
 
 
 def fresh_sampling_seeds(rl_cluster, seed: int = 0) -> None:
-    """Give every ``rl_cluster.generate`` call its own sampling key.
+    """Give every rollout call its own sampling key.
 
     Tunix's "vanilla" rollout engine samples with ``RolloutConfig.seed``, and with
     ``seed=None`` with PRNGKey(0) on every call: the trajectories of a group, all started
     from one prompt, come out identical and every group-relative advantage is 0. This
-    wraps ``generate`` so that call i samples with fold_in(PRNGKey(seed), i) (engines
-    that draw their own randomness, such as vLLM, do not need it)."""
+    wraps the cluster's rollout so that call i samples with fold_in(PRNGKey(seed), i) on
+    a copy of the config it was given (calls stay concurrent; engines that draw their own
+    randomness, such as vLLM, do not need it)."""
     import jax
 
-    configs = rl_cluster.cluster_config.rollout_config
-    configs = list(configs.values()) if isinstance(configs, dict) else [configs]
-    generate = rl_cluster.generate
+    rollout = rl_cluster.rollout
+    generate = rollout.generate
     lock = threading.Lock()
     count = [0]
 
-    def generate_with_fresh_key(*args, **kwargs):
+    def generate_with_fresh_key(prompts, rollout_config, *args, **kwargs):
         with lock:
             count[0] += 1
-            key = jax.random.fold_in(jax.random.PRNGKey(seed), count[0])
-            for c in configs:
-                c.seed = key
-            return generate(*args, **kwargs)
+            i = count[0]
+        config = dataclasses.replace(rollout_config, seed=jax.random.fold_in(jax.random.PRNGKey(seed), i))
+        return generate(prompts, config, *args, **kwargs)
 
-    rl_cluster.generate = generate_with_fresh_key
+    rollout.generate = generate_with_fresh_key
 
 
 class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
