@@ -31,8 +31,9 @@ yet run are listed as such).
 ``--scale`` moves an experiment without code changes: ``cpu`` (the defaults below, ~1 h
 on 2 CPU cores for e1), ``gpu`` (4x the groups, a 2-layer 128-wide policy, the run axis
 vmapped), ``pod`` (16x the groups, a 4-layer 256-wide policy, the run axis sharded over
-every device of every host: call ``jax.distributed.initialize()`` first, via
-``--distributed``). Only ``cpu`` has been run by us.
+every device of every host: ``--distributed`` joins the multi-host runtime first,
+launch the same command on every host; ``--seeds`` a multiple of the devices). Only
+``cpu`` has been run by us.
 
     python experiments/claims.py --experiment e1                   # 9 arms x 8 seeds
     python experiments/claims.py --experiment e1 --arms grpo,gated_bepo --seeds 2 --iterations 2   # smoke
@@ -272,7 +273,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     p.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     p.add_argument("--groups", type=int, default=None, help="override the scale's groups per iteration (smoke runs)")
     p.add_argument("--eval-tasks", type=int, default=None, help="override the held-out task count (smoke runs)")
-    p.add_argument("--distributed", action="store_true", help="jax.distributed.initialize() first (pod scale)")
+    p.add_argument("--distributed", action="store_true", help="join the multi-host runtime first (bepo_jax.rl.multihost.initialize)")
     p.add_argument("--out", default=str(ROOT / "runs" / "claims"))
     p.add_argument("--results", default=str(ROOT / "experiments" / "results"))
     p.add_argument("--quiet", action="store_true")
@@ -293,13 +294,18 @@ def main(argv: Optional[list[str]] = None) -> dict:
                      checkpoint_every=min(10, iterations))
     mesh = None
     if args.distributed:
-        import jax
+        from bepo_jax.rl.multihost import initialize
 
-        jax.distributed.initialize()
+        initialize()
     if args.scale == "pod" and not is_host_env(base.env):
         import jax
 
-        mesh = jax.make_mesh((jax.device_count(),), ("runs",))
+        from bepo_jax.sharding import make_mesh
+
+        if args.seeds % jax.device_count():
+            raise SystemExit(f"--seeds={args.seeds} must be a multiple of the {jax.device_count()} devices at pod "
+                             "scale (the run axis is sharded over all of them).")
+        mesh = make_mesh((jax.device_count(),), ("runs",))
     out = Path(args.out) / args.experiment
     arms = [a for a in exp.arms if a.label in chosen]
     per_arm: dict = {}
