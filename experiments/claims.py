@@ -273,7 +273,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
     p.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     p.add_argument("--groups", type=int, default=None, help="override the scale's groups per iteration (smoke runs)")
     p.add_argument("--eval-tasks", type=int, default=None, help="override the held-out task count (smoke runs)")
-    p.add_argument("--distributed", action="store_true", help="join the multi-host runtime first (bepo_jax.rl.multihost.initialize)")
+    p.add_argument("--distributed", action="store_true",
+                   help="join the multi-host runtime first (bepo_jax.rl.multihost.initialize)")
     p.add_argument("--out", default=str(ROOT / "runs" / "claims"))
     p.add_argument("--results", default=str(ROOT / "experiments" / "results"))
     p.add_argument("--quiet", action="store_true")

@@ -18,7 +18,8 @@ def test_claims_smoke_writes_results_and_resumes(tmp_path):
     assert s["seeds"] == 2 and "held_out_after_minus_gated_bepo" in s
     assert s["held_out_after_verdict"] in ("higher", "lower", "not separated")
     # the paired difference is the mean of the per-seed differences
-    d = [a["held_out_after"] - b["held_out_after"] for a, b in zip(info["per_seed"]["grpo"], info["per_seed"]["gated_bepo"])]
+    ps = info["per_seed"]
+    d = [a["held_out_after"] - b["held_out_after"] for a, b in zip(ps["grpo"], ps["gated_bepo"])]
     assert s["held_out_after_minus_gated_bepo"][0] == pytest.approx(sum(d) / 2)
     md = (tmp_path / "res" / "e1.md").read_text()
     assert "| grpo | grpo |" in md and "| gated_bepo | gated_bepo |" in md and "reference" in md

@@ -64,7 +64,8 @@ def group_step_advantages(turns: Sequence[Sequence[Turn]], outcomes: Sequence[in
     nothing to compare and every advantage is 0 (diagnostics empty)."""
     K = len(turns)
     if len(outcomes) != K:
-        raise ValueError(f"group_step_advantages: {K} trajectories but {len(outcomes)} outcomes; give one per trajectory.")
+        raise ValueError(f"group_step_advantages: {K} trajectories but {len(outcomes)} outcomes; "
+                         "give one per trajectory.")
     if totals is not None and len(totals) != K:
         raise ValueError(f"group_step_advantages: {K} trajectories but {len(totals)} totals; give one per trajectory.")
     uid, traj, step, obs, reward, outcome = [], [], [], [], [], []
