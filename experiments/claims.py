@@ -278,6 +278,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
     p.add_argument("--out", default=str(ROOT / "runs" / "claims"))
     p.add_argument("--results", default=str(ROOT / "experiments" / "results"))
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--report-only", action="store_true",
+                   help="train nothing: report the arms whose runs are finished, list the others as not run yet")
     args = p.parse_args(argv)
     exp = EXPERIMENTS[args.experiment]
     labels = [a.label for a in exp.arms]
@@ -312,7 +314,13 @@ def main(argv: Optional[list[str]] = None) -> dict:
     per_arm: dict = {}
     start = time.perf_counter()
     md = ""
-    for i, arm in enumerate(arms):
+    if args.report_only:
+        done = lambda a: all(is_finished(out / a.label / f"seed{s}", iterations) for s in range(args.seeds))
+        per_arm = {a.label: [seed_numbers(read_metrics(out / a.label / f"seed{s}")) for s in range(args.seeds)]
+                   for a in arms if done(a)}
+        md = write(args.experiment, exp, base, args, per_arm, [a.label for a in arms if not done(a)],
+                   time.perf_counter() - start, Path(args.results))
+    for i, arm in enumerate(arms if not args.report_only else ()):
         per_arm[arm.label] = run_arm(exp, arm, base, args.seeds, out, progress=not args.quiet, mesh=mesh)
         md = write(args.experiment, exp, base, args, per_arm, [a.label for a in arms[i + 1:]],
                    time.perf_counter() - start, Path(args.results))
