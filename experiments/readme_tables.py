@@ -187,6 +187,8 @@ def arms_e1() -> str:
     for label, s in d["summary"].items():
         lines.append(f"| {label} | {_ci(s['held_out_after'])} | {_ci(s['held_out_change'])} | "
                      f"{_ci(s['train_after'])} | {_ci(s['train_change'])} |")
+    for label in d["pending"]:
+        lines.append(f"| {label} | not finished (`e1.json` lists it as pending) | | | |")
     return "\n".join(lines)
 
 
