@@ -29,6 +29,11 @@ estimator at the step level:
   trajectory is one step from one shared state: the outcome credit of the estimator.
   Importing this module registers them.
 * ``StepCollectEngine`` -- Tunix's trajectory collector that also records the turns.
+* ``fresh_sampling_seeds(cluster)`` -- one sampling key per rollout call (Tunix's vanilla
+  engine samples every call with PRNGKey(0) when ``RolloutConfig.seed`` is None, which
+  makes a group's trajectories identical).
+* ``unpad_multi_turn`` -- what the learner's ``train`` unpads with while sequence packing
+  is on (Tunix 0.1.7 cuts multi-turn completions at ``sum(mask)`` tokens).
 
 The learner calls Tunix's own ``_process_results`` (padding, log-probabilities, reference
 model, rewards, metrics) and replaces only the advantages (and, with degenerate-group
