@@ -157,11 +157,12 @@ def _paired(per_seed: dict, a: str, b: str, key: str) -> tuple[float, float]:
     return mean_ci([x[key] - y[key] for x, y in zip(per_seed[a], per_seed[b])])
 
 
-def _verdict(mh, higher_claimed: bool = True) -> str:
+def _verdict(mh) -> str:
+    """Every claim in CLAIMS says arm a is higher than arm b."""
     m, h = mh
     if abs(m) <= h:
         return "not separated"
-    return "reproduced" if (m > 0) == higher_claimed else "contradicted"
+    return "reproduced" if m > 0 else "contradicted"
 
 
 def claims_e1() -> str:
@@ -180,13 +181,18 @@ def claims_e1() -> str:
     return "\n".join(lines)
 
 
+def _arm_cells(s: dict) -> str:
+    """An arm's held-out and training-task success after training and their changes (claims.py summary)."""
+    return (f"{_ci(s['held_out_after'])} | {_ci(s['held_out_change'])} | {_ci(s['train_after'])} | "
+            f"{_ci(s['train_change'])}")
+
+
 def arms_e1() -> str:
     d = _load("e1.json")
     lines = ["| arm | held-out after | change from start | training tasks after | change from start |",
              "|---|---|---|---|---|"]
     for label, s in d["summary"].items():
-        lines.append(f"| {label} | {_ci(s['held_out_after'])} | {_ci(s['held_out_change'])} | "
-                     f"{_ci(s['train_after'])} | {_ci(s['train_change'])} |")
+        lines.append(f"| {label} | {_arm_cells(s)} |")
     for label in d["pending"]:
         lines.append(f"| {label} | not finished (`e1.json` lists it as pending) | | | |")
     return "\n".join(lines)
@@ -198,9 +204,7 @@ def main_job_pool() -> str:
              "held-out minus pool_32 |", "|---|---|---|---|---|---|"]
     for label, s in d["summary"].items():
         diff = s.get("held_out_after_minus_pool_32")
-        lines.append(f"| {label} | {_ci(s['held_out_after'])} | {_ci(s['held_out_change'])} | "
-                     f"{_ci(s['train_after'])} | {_ci(s['train_change'])} | "
-                     f"{_ci(diff) if diff else 'reference'} |")
+        lines.append(f"| {label} | {_arm_cells(s)} | {_ci(diff) if diff else 'reference'} |")
     return "\n".join(lines)
 
 
