@@ -315,10 +315,10 @@ def main(argv: Optional[list[str]] = None) -> dict:
     start = time.perf_counter()
     md = ""
     if args.report_only:
-        done = lambda a: all(is_finished(out / a.label / f"seed{s}", iterations) for s in range(args.seeds))
+        done = [a for a in arms if all(is_finished(out / a.label / f"seed{s}", iterations) for s in range(args.seeds))]
         per_arm = {a.label: [seed_numbers(read_metrics(out / a.label / f"seed{s}")) for s in range(args.seeds)]
-                   for a in arms if done(a)}
-        md = write(args.experiment, exp, base, args, per_arm, [a.label for a in arms if not done(a)],
+                   for a in done}
+        md = write(args.experiment, exp, base, args, per_arm, [a.label for a in arms if a not in done],
                    time.perf_counter() - start, Path(args.results))
     for i, arm in enumerate(arms if not args.report_only else ()):
         per_arm[arm.label] = run_arm(exp, arm, base, args.seeds, out, progress=not args.quiet, mesh=mesh)
