@@ -23,7 +23,7 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from ..estimators.registry import compute_advantages, make_config
+from ..estimators.registry import compute_advantages
 from ..types import FAILURE, SUCCESS, TRUNCATED
 from .rows import from_rows, to_rows
 
@@ -86,7 +86,7 @@ def group_step_advantages(turns: Sequence[Sequence[Turn]], outcomes: Sequence[in
     if sum(len(tr) > 0 for tr in turns) < 2:
         return [np.zeros(len(tr), np.float32) for tr in turns], {}
     batch, index = from_rows(uid, traj, step, obs, np.asarray(reward, np.float32), np.asarray(outcome, np.int32))
-    out = compute_advantages(estimator, batch, make_config(estimator, config))
+    out = compute_advantages(estimator, batch, config)  # validates config (a dict or an instance)
     per_row = to_rows(out.advantage, index)
     result, at = [], 0
     for tr in turns:
