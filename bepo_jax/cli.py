@@ -42,8 +42,8 @@ def _parse_set(items: Sequence[str]) -> dict:
 
 
 _RUN_FLAGS = ("iterations", "groups", "group_size", "prompt_history", "temperature", "max_steps", "layers", "width",
-              "heads", "learning_rate", "ppo_epochs", "eval_tasks", "eval_every", "checkpoint_every", "seed",
-              "boxes", "entropy_coef", "task_pool")
+              "heads", "head_init_scale", "learning_rate", "ppo_epochs", "num_minibatches", "eval_tasks", "eval_every",
+              "checkpoint_every", "seed", "boxes", "entropy_coef", "task_pool")
 
 
 def _run_config(args: argparse.Namespace, base=None, **kw):

@@ -89,6 +89,7 @@ def test_compare_writes_a_table_and_a_plot(tmp_path, capsys):
     (["train", "--set", "norm=median"], "GatedBEPOConfig.norm='median' is not valid; use one of 'mean', 'mean_std'"),
     (["train", "--heads", "3"], "width=64 must be a multiple of heads=3"),
     (["train", "--groups", "0"], "RunConfig.groups"),
+    (["train", "--head-init-scale", "0"], "RunConfig.head_init_scale"),
     (["compare", "--estimators", "grpo,nope"], "unknown estimator 'nope'; valid names: grpo"),
     (["eval", "--checkpoint", "/nonexistent/run"], "no config.json"),
 ])

@@ -81,6 +81,28 @@ def test_transformer_config_errors():
         TransformerConfig(width=30, heads=4)
     with pytest.raises(ValueError, match="exceeds TransformerConfig.context=16"):
         DecoderLM(TINY, rngs=nnx.Rngs(0))(jnp.zeros((1, 17), jnp.int32), jnp.ones((1, 17), bool))
+    with pytest.raises(ValueError, match="head_init_scale"):
+        TransformerConfig(head_init_scale=0.0)
+
+
+def test_head_init_scale_scales_only_the_head_and_flattens_the_initial_policy():
+    """scale 1 is plain LeCun init (the same draws as before the option existed); a small
+    scale multiplies the head's weights and nothing else, and the next-token distribution
+    starts near uniform."""
+    import dataclasses
+
+    key = jax.random.key(3)
+    np.testing.assert_array_equal(  # what _dense draws at scale 1 is LeCun-normal, draw for draw
+        nnx.initializers.variance_scaling(1.0, "fan_in", "truncated_normal")(key, (32, 16)),
+        nnx.initializers.lecun_normal()(key, (32, 16)))
+    plain = DecoderLM(TINY, rngs=nnx.Rngs(0))
+    small = DecoderLM(dataclasses.replace(TINY, head_init_scale=0.01), rngs=nnx.Rngs(0))
+    w, ws = plain.head.kernel[...], small.head.kernel[...]
+    np.testing.assert_allclose(np.asarray(ws), 0.01 * np.asarray(w), rtol=1e-5, atol=1e-9)
+    np.testing.assert_array_equal(np.asarray(small.embed.embedding[...]), np.asarray(plain.embed.embedding[...]))
+    tokens, mask = jnp.arange(8, dtype=jnp.int32)[None], jnp.ones((1, 8), bool)
+    entropy = lambda m: float(-(jax.nn.softmax(m(tokens, mask)) * jax.nn.log_softmax(m(tokens, mask))).sum(-1).mean())
+    assert entropy(small) > np.log(TINY.vocab) - 1e-3 > entropy(plain) + 0.1
 
 
 def test_token_logprobs_match_numpy():

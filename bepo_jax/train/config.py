@@ -22,7 +22,8 @@ class RunConfig:
     (field overrides, e.g. {"lam": 0.5}); iterations, groups B per iteration, group_size
     K; rollout: prompt_history h (observation/action pairs in the prompt), temperature,
     constrained decoding, invalid_penalty, max_steps (0 = the environment's default);
-    policy: layers, width, heads; update: learning_rate, ppo_epochs, num_minibatches,
+    policy: layers, width, heads, head_init_scale (the output head's LeCun init times this;
+    0.01 starts near-uniform); update: learning_rate, ppo_epochs, num_minibatches,
     entropy_coef; tasks: task_pool (the training tasks, 0 = the environment's default:
     32 Sokoban levels / 32 mazes / 8 TextWorld games), eval_tasks (held-out tasks, and as
     many training tasks, evaluated every eval_every iterations); checkpoint_every,
@@ -43,6 +44,7 @@ class RunConfig:
     layers: int = 1
     width: int = 64
     heads: int = 4
+    head_init_scale: float = 1.0
     learning_rate: float = 3e-3
     ppo_epochs: int = 1
     num_minibatches: int = 1
@@ -83,6 +85,7 @@ class RunConfig:
         check_range(n, "temperature", self.temperature, lo=0.0, lo_open=True)
         check_range(n, "invalid_penalty", self.invalid_penalty, hi=0.0)
         check_range(n, "learning_rate", self.learning_rate, lo=0.0, lo_open=True)
+        check_range(n, "head_init_scale", self.head_init_scale, lo=0.0, lo_open=True)
         check_range(n, "entropy_coef", self.entropy_coef, lo=0.0)
         if self.width % self.heads:
             raise ValueError(f"RunConfig.width={self.width} must be a multiple of heads={self.heads}.")

@@ -77,6 +77,7 @@ class Setup:
             self.eval_pool = self.env.sample_tasks(cfg.eval_tasks, cfg.seed + EVAL_SEED_OFFSET)
         self.pool_size = pool
         self.model = DecoderLM(TransformerConfig(vocab=VOCAB, layers=cfg.layers, width=cfg.width, heads=cfg.heads,
+                                                 head_init_scale=cfg.head_init_scale,
                                                  context=P + self.rollout_cfg.max_response), rngs=nnx.Rngs(cfg.seed))
         self.trainer = Trainer(self.model, TrainConfig(
             learning_rate=cfg.learning_rate, total_steps=cfg.iterations, ppo_epochs=cfg.ppo_epochs,
