@@ -9,7 +9,8 @@ Experiments (``--experiment``):
 * ``sweep``    Gated-BEPO's knobs on E1: lam, eta_gated, w and history at the settings
                the credit lab ranks best and worst (``experiments/credit_lab.py``).
 * ``pool``     the main job (``make train``: Gated-BEPO, 60 iterations) on its fixed pool
-               of 32 training levels against 4096 generated levels (nearly fresh ones).
+               of 32 training levels against 4096 generated levels (nearly fresh ones),
+               and training recipes on fresh levels (initial policy, updates per batch).
 
 Arms of e1/e1_hard/e2 (label: estimator and config): every estimator of the registry
 (grpo, gigpo, graphgpo, gagpo, hgpo, gated_bepo) and the ablation ladder the paper climbs
@@ -94,8 +95,16 @@ SWEEP_ARMS = (
     Arm("history_2", "gated_bepo", {"history": 2}))
 # The main job (make train) on its fixed pool of 32 training levels against (nearly) fresh
 # levels: 4096 generated levels, so 60 iterations x 8 groups rarely draw one twice.
+# Then recipes on fresh levels: a near-uniform initial policy (head_init_scale 0.01: the
+# default head starts at ~1.05 nats of action entropy, and some seeds collapse onto one
+# action within two iterations -- experiments/results/learning_rate.md), and more updates
+# per batch (4 epochs x 4 minibatches at a third of the learning rate).
+FRESH = {"task_pool": 4096}
 POOL_ARMS = (Arm("pool_32", "gated_bepo", run={"task_pool": 32}),
-             Arm("pool_4096", "gated_bepo", run={"task_pool": 4096}))
+             Arm("pool_4096", "gated_bepo", run=FRESH),
+             Arm("fresh_uniform", "gated_bepo", run={**FRESH, "head_init_scale": 0.01}),
+             Arm("fresh_uniform_ppo4", "gated_bepo",
+                 run={**FRESH, "head_init_scale": 0.01, "ppo_epochs": 4, "num_minibatches": 4, "learning_rate": 1e-3}))
 
 
 @dataclasses.dataclass(frozen=True)
