@@ -6,6 +6,10 @@ Experiments (``--experiment``):
 * ``e1_hard``  Sokoban 7x7, 1-2 boxes scrambled by 50 backward moves, 20 steps: longer
                solutions and room for detours, where step credit should matter more.
 * ``e2``       TextWorld (host loop, seeds one after another): 3 rooms, a 2-step quest.
+               Costly on a CPU: the update runs over 64 x 8 sequences of 653 tokens; on
+               2 cores, with another experiment beside it, an iteration took ~65-75 s
+               (rollout 14-17 s, update 47-60 s), i.e. ~15 hours for 9 arms x 5 seeds x
+               20 iterations. Meant for ``--scale gpu``.
 * ``sweep``    Gated-BEPO's knobs on E1: lam, eta_gated, w and history at the settings
                the credit lab ranks best and worst (``experiments/credit_lab.py``).
 * ``pool``     the main job (``make train``: Gated-BEPO, 60 iterations) on its fixed pool

@@ -200,11 +200,16 @@ def arms_e1() -> str:
 
 def main_job_pool() -> str:
     d = _load("pool.json")
-    lines = ["| training levels | held-out after | change from start | training tasks after | change from start | "
-             "held-out minus pool_32 |", "|---|---|---|---|---|---|"]
+    lines = ["| arm | training levels, recipe | held-out after | change from start | training tasks after | "
+             "change from start | held-out minus pool_32 |", "|---|---|---|---|---|---|---|"]
     for label, s in d["summary"].items():
+        run = dict(d["arms"][label]["run"])
+        levels = run.pop("task_pool")
+        recipe = ", ".join(f"{k}={v}" for k, v in run.items()) or "the main job's"
         diff = s.get("held_out_after_minus_pool_32")
-        lines.append(f"| {label} | {_arm_cells(s)} | {_ci(diff) if diff else 'reference'} |")
+        lines.append(f"| {label} | {levels}; {recipe} | {_arm_cells(s)} | {_ci(diff) if diff else 'reference'} |")
+    for label in d["pending"]:
+        lines.append(f"| {label} | not finished (`pool.json` lists it as pending) | | | | | |")
     return "\n".join(lines)
 
 
