@@ -165,14 +165,15 @@ def _verdict(mh) -> str:
     return "reproduced" if m > 0 else "contradicted"
 
 
-def claims_e1() -> str:
-    d = _load("e1.json")
+def _claims(name: str) -> str:
+    """The claims table of one claims.py experiment (``experiments/results/<name>.json``)."""
+    d = _load(f"{name}.json")
     ps = d["per_seed"]
     lines = [f"| claim | paper | ours: held-out success, paired difference (points), 95% t over {d['seeds']} seeds | "
              "verdict | training tasks, same | verdict |", "|---|---|---|---|---|---|"]
     for claim, paper, a, b in CLAIMS:
         if a not in ps or b not in ps:
-            lines.append(f"| {claim} | {paper} | not run yet | | | |")
+            lines.append(f"| {claim} ({a} - {b}) | {paper} | not run yet | | | |")
             continue
         held, train = (_paired(ps, a, b, k) for k in ("held_out_after", "train_after"))
         pts = lambda mh: f"{100 * mh[0]:+.1f} +- {100 * mh[1]:.1f}"
@@ -187,14 +188,15 @@ def _arm_cells(s: dict) -> str:
             f"{_ci(s['train_change'])}")
 
 
-def arms_e1() -> str:
-    d = _load("e1.json")
+def _arms(name: str) -> str:
+    """The arms table of one claims.py experiment; arms not finished are listed as such."""
+    d = _load(f"{name}.json")
     lines = ["| arm | held-out after | change from start | training tasks after | change from start |",
              "|---|---|---|---|---|"]
     for label, s in d["summary"].items():
         lines.append(f"| {label} | {_arm_cells(s)} |")
     for label in d["pending"]:
-        lines.append(f"| {label} | not finished (`e1.json` lists it as pending) | | | |")
+        lines.append(f"| {label} | not finished (`{name}.json` lists it as pending) | | | |")
     return "\n".join(lines)
 
 
@@ -215,7 +217,7 @@ def main_job_pool() -> str:
 
 TABLES = {"main_job": main_job, "compare_sokoban": compare_sokoban, "env_loop": env_loop,
           "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
-          "claims_e1": claims_e1, "arms_e1": arms_e1, "pool": main_job_pool}
+          "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool}
 
 
 def render(text: str) -> str:
