@@ -8,7 +8,7 @@ Experiments (``--experiment``):
 * ``e2``       TextWorld (host loop, seeds one after another): 3 rooms, a 2-step quest.
                Costly on a CPU: the update runs over 64 x 8 sequences of 653 tokens; on
                2 cores, with another experiment beside it, an iteration took ~65-75 s
-               (rollout 14-17 s, update 47-60 s), i.e. ~15 hours for 9 arms x 5 seeds x
+               (rollout 14-17 s, update 47-60 s), i.e. ~17 hours for 9 arms x 5 seeds x
                20 iterations. Meant for ``--scale gpu``.
 * ``sweep``    Gated-BEPO's knobs on E1: lam, eta_gated, w and history at the settings
                the credit lab ranks best and worst (``experiments/credit_lab.py``).

@@ -217,7 +217,8 @@ def main_job_pool() -> str:
 
 TABLES = {"main_job": main_job, "compare_sokoban": compare_sokoban, "env_loop": env_loop,
           "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
-          "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool}
+          "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
+          "claims_e1_hard": lambda: _claims("e1_hard"), "arms_e1_hard": lambda: _arms("e1_hard")}
 
 
 def render(text: str) -> str:
