@@ -64,6 +64,7 @@ from bepo_jax.envs.registry import is_host_env  # noqa: E402
 from bepo_jax.envs.sokoban import SokobanConfig, SokobanEnv  # noqa: E402
 from bepo_jax.train import RunConfig, mean_ci, read_metrics, train, train_seeds  # noqa: E402
 from bepo_jax.train.rundir import is_finished  # noqa: E402
+from experiments.learning_rate import COLLAPSE  # noqa: E402
 
 
 def sokoban_hard(cfg: RunConfig) -> SokobanEnv:
@@ -142,13 +143,18 @@ SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
 # -- statistics ------------------------------------------------------------------------
 def seed_numbers(rows: list[dict]) -> dict:
     """One run's numbers: success at the start and the end (held-out and training tasks),
-    and the evaluation curve against cumulative environment steps."""
+    the evaluation curve against cumulative environment steps, and per iteration the
+    entropy of the sampled actions' shares (nats) and the largest share (a policy that
+    collapsed onto one action shows entropy near 0 and a share near 1)."""
     steps = np.cumsum([r.get("env_steps", 0.0) for r in rows])
     ev = [(int(r["iteration"]), float(s), r["eval/success_rate"], r["eval_train/success_rate"])
           for r, s in zip(rows, steps) if "eval/success_rate" in r]
+    acts = [r for r in rows if "actions/entropy" in r]
     return {"held_out_before": ev[0][2], "held_out_after": ev[-1][2], "train_before": ev[0][3],
             "train_after": ev[-1][3], "curve": ev,
-            "iteration_seconds": float(sum(r.get("step_time", 0.0) for r in rows))}
+            "iteration_seconds": float(sum(r.get("step_time", 0.0) for r in rows)),
+            "action_entropy": [float(r["actions/entropy"]) for r in acts],
+            "top_action_share": [max(v for k, v in r.items() if k.startswith("actions/share_")) for r in acts]}
 
 
 def verdict(mh: tuple[float, float]) -> str:
@@ -159,7 +165,9 @@ def verdict(mh: tuple[float, float]) -> str:
 
 
 def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
-    """Per arm: means +- 95% t over seeds, and paired differences from ``reference`` (same seeds)."""
+    """Per arm: means +- 95% t over seeds, paired differences from ``reference`` (same
+    seeds), and how many seeds collapsed (one action above ``COLLAPSE`` of the sampled
+    steps of some iteration, as in ``experiments/learning_rate.py``)."""
     out = {}
     ref = per_arm.get(reference)
     for label, seeds in per_arm.items():
@@ -172,6 +180,7 @@ def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
                 d = mean_ci([seeds[i][k] - ref[i][k] for i in range(n)])
                 s[f"{k}_minus_{reference}"] = d
                 s[f"{k}_verdict"] = verdict(d)
+        s["collapsed"] = sum(max(x["top_action_share"], default=0.0) > COLLAPSE for x in seeds)
         s["seeds"] = len(seeds)
         out[label] = s
     return out
@@ -251,12 +260,13 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
              f"{args.scale}; held-out: {base.eval_tasks} tasks never "
              f"trained on, {base.group_size} samples each. Every number: mean over seeds +- the 95% Student-t "
              f"half-width over seeds; 'minus {ref}' is the paired per-seed difference (arms share each seed's "
-             f"tasks). Every arm started is in the table. Training iterations took {train_s / 60:.0f} min (summed from "
+             f"tasks). Collapsed seeds: runs where one action took more than {COLLAPSE:.0%} of an iteration's sampled "
+             f"steps at some iteration. Every arm started is in the table. Training iterations took {train_s / 60:.0f} min (summed from "
              f"the run directories: every iteration, the first one's compilation included, evaluations not); this "
              f"invocation's wall time "
              f"{wall / 60:.0f} min (finished runs are read, not re-run).", "",
              f"| arm | estimator (config) | held-out after | change from start | minus {ref} | training tasks "
-             f"after | change from start | minus {ref} |", "|---|---|---|---|---|---|---|---|"]
+             f"after | change from start | minus {ref} | collapsed seeds |", "|---|---|---|---|---|---|---|---|---|"]
     arm_of = {a.label: a for a in exp.arms}
     for label, s in summary.items():
         a = arm_of[label]
@@ -266,9 +276,9 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
                           if k + "_minus_" + ref in s else f"n/a ({ref} not run yet)")
         lines.append(f"| {label} | {est} | {fmt(s['held_out_after'])} | {fmt(s['held_out_change'])} | "
                      f"{diff('held_out_after')} | {fmt(s['train_after'])} | {fmt(s['train_change'])} | "
-                     f"{diff('train_after')} |")
+                     f"{diff('train_after')} | {s['collapsed']}/{s['seeds']} |")
     for label in pending:
-        lines.append(f"| {label} | {arm_of[label].estimator} | not run yet | | | | | |")
+        lines.append(f"| {label} | {arm_of[label].estimator} | not run yet | | | | | | |")
     if per_arm:
         plot(exp, per_arm, results / f"{name}.png")
         lines += ["", f"![{exp.title}]({name}.png)"]

@@ -191,12 +191,12 @@ def _arm_cells(s: dict) -> str:
 def _arms(name: str) -> str:
     """The arms table of one claims.py experiment; arms not finished are listed as such."""
     d = _load(f"{name}.json")
-    lines = ["| arm | held-out after | change from start | training tasks after | change from start |",
-             "|---|---|---|---|---|"]
+    lines = ["| arm | held-out after | change from start | training tasks after | change from start | "
+             "collapsed seeds |", "|---|---|---|---|---|---|"]
     for label, s in d["summary"].items():
-        lines.append(f"| {label} | {_arm_cells(s)} |")
+        lines.append(f"| {label} | {_arm_cells(s)} | {s['collapsed']}/{s['seeds']} |")
     for label in d["pending"]:
-        lines.append(f"| {label} | not finished (`{name}.json` lists it as pending) | | | |")
+        lines.append(f"| {label} | not finished (`{name}.json` lists it as pending) | | | | |")
     return "\n".join(lines)
 
 

@@ -21,6 +21,11 @@ def test_claims_smoke_writes_results_and_resumes(tmp_path):
     ps = info["per_seed"]
     d = [a["held_out_after"] - b["held_out_after"] for a, b in zip(ps["grpo"], ps["gated_bepo"])]
     assert s["held_out_after_minus_gated_bepo"][0] == pytest.approx(sum(d) / 2)
+    # per iteration: the sampled actions' entropy and top share; collapsed = seeds above 90% somewhere
+    for x in ps["grpo"]:
+        assert len(x["action_entropy"]) == len(x["top_action_share"]) == 2
+        assert all(0.25 <= t <= 1.0 for t in x["top_action_share"])  # 4 action words
+    assert s["collapsed"] == sum(max(x["top_action_share"]) > 0.9 for x in ps["grpo"])
     md = (tmp_path / "res" / "e1.md").read_text()
     assert "| grpo | grpo |" in md and "| gated_bepo | gated_bepo |" in md and "reference" in md
     assert (tmp_path / "res" / "e1.png").stat().st_size > 0
