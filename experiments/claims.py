@@ -254,7 +254,9 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
                 summary=summary, per_seed=per_arm)
     (results / f"{name}.json").write_text(json.dumps(info, indent=2))
     ref = exp.reference
-    lines = [f"# {exp.title}", "", f"Command: `{cmd}`  ",
+    runs_cmd = " ".join(w for w in cmd.split() if w not in ("--report-only", "--quiet"))
+    shown = f"`{runs_cmd}` (this report: `{cmd}`)" if args.report_only else f"`{cmd}`"
+    lines = [f"# {exp.title}", "", f"Command: {shown}  ",
              f"{base.iterations} iterations of {base.groups} groups x {base.group_size} trajectories, {args.seeds} "
              f"seeds per arm ({'one after another' if is_host_env(base.env) else 'one program per arm'}), scale "
              f"{args.scale}; held-out: {base.eval_tasks} tasks never "
