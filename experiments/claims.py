@@ -64,7 +64,7 @@ from bepo_jax.envs.registry import is_host_env  # noqa: E402
 from bepo_jax.envs.sokoban import SokobanConfig, SokobanEnv  # noqa: E402
 from bepo_jax.train import RunConfig, mean_ci, read_metrics, train, train_seeds  # noqa: E402
 from bepo_jax.train.rundir import is_finished  # noqa: E402
-from experiments.learning_rate import COLLAPSE  # noqa: E402
+from experiments.learning_rate import COLLAPSE, action_curves  # noqa: E402
 
 
 def sokoban_hard(cfg: RunConfig) -> SokobanEnv:
@@ -144,17 +144,15 @@ SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
 def seed_numbers(rows: list[dict]) -> dict:
     """One run's numbers: success at the start and the end (held-out and training tasks),
     the evaluation curve against cumulative environment steps, and per iteration the
-    entropy of the sampled actions' shares (nats) and the largest share (a policy that
-    collapsed onto one action shows entropy near 0 and a share near 1)."""
+    action entropy and the largest action share (``learning_rate.action_curves``)."""
     steps = np.cumsum([r.get("env_steps", 0.0) for r in rows])
     ev = [(int(r["iteration"]), float(s), r["eval/success_rate"], r["eval_train/success_rate"])
           for r, s in zip(rows, steps) if "eval/success_rate" in r]
-    acts = [r for r in rows if "actions/entropy" in r]
+    _, entropy, top = action_curves(rows)
     return {"held_out_before": ev[0][2], "held_out_after": ev[-1][2], "train_before": ev[0][3],
             "train_after": ev[-1][3], "curve": ev,
             "iteration_seconds": float(sum(r.get("step_time", 0.0) for r in rows)),
-            "action_entropy": [float(r["actions/entropy"]) for r in acts],
-            "top_action_share": [max(v for k, v in r.items() if k.startswith("actions/share_")) for r in acts]}
+            "action_entropy": entropy, "top_action_share": top}
 
 
 def verdict(mh: tuple[float, float]) -> str:

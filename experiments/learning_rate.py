@@ -34,11 +34,18 @@ from experiments.bench_advantages import machine  # noqa: E402
 COLLAPSE = 0.9
 
 
-def seed_numbers(rows: list[dict], words) -> dict:
-    its = [r for r in rows if r["iteration"] > 0]
-    ent = [r["actions/entropy"] for r in its]
-    top = [max(r[f"actions/share_{w}"] for w in words) for r in its]
-    collapsed = [r["iteration"] for r, t in zip(its, top) if t > COLLAPSE]
+def action_curves(rows: list[dict]) -> tuple[list[int], list[float], list[float]]:
+    """Per training iteration (the rows that sampled actions): the iteration, the entropy of
+    the sampled actions' shares (nats) and the largest share (a policy collapsed onto one
+    action shows entropy near 0 and a share near 1)."""
+    acts = [r for r in rows if "actions/entropy" in r]
+    return ([r["iteration"] for r in acts], [float(r["actions/entropy"]) for r in acts],
+            [max(v for k, v in r.items() if k.startswith("actions/share_")) for r in acts])
+
+
+def seed_numbers(rows: list[dict]) -> dict:
+    its, ent, top = action_curves(rows)
+    collapsed = [i for i, t in zip(its, top) if t > COLLAPSE]
     return {"held_out_before": rows[0]["eval/success_rate"], "held_out_after": rows[-1]["eval/success_rate"],
             "train_before": rows[0]["eval_train/success_rate"], "train_after": rows[-1]["eval_train/success_rate"],
             "entropy_first": ent[0], "entropy_min": min(ent), "entropy_last": ent[-1], "top_share_last": top[-1],
@@ -55,7 +62,6 @@ def main(argv=None):
     args = p.parse_args(argv)
     rates = [float(x) for x in args.rates.split(",")]
     start = time.perf_counter()
-    words = None
     table = {}
     for lr in rates:
         cfg = RunConfig(learning_rate=lr, iterations=args.iterations)
@@ -63,10 +69,7 @@ def main(argv=None):
         todo = [i for i, d in enumerate(dirs) if not is_finished(d, cfg.iterations)]
         if todo:
             train_seeds(cfg, todo, [dirs[i] for i in todo], resume=True, progress=False)
-        if words is None:
-            rows0 = read_metrics(dirs[0])
-            words = [k[len("actions/share_"):] for k in rows0[1] if k.startswith("actions/share_")]
-        per_seed = [seed_numbers(read_metrics(d), words) for d in dirs]
+        per_seed = [seed_numbers(read_metrics(d)) for d in dirs]
         summary = {k: mean_ci([s[k] for s in per_seed]) for k in per_seed[0] if k != "collapse_iteration"}
         summary["held_out_change"] = mean_ci([s["held_out_after"] - s["held_out_before"] for s in per_seed])
         summary["train_change"] = mean_ci([s["train_after"] - s["train_before"] for s in per_seed])
