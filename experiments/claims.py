@@ -5,6 +5,9 @@ Experiments (``--experiment``):
 * ``e1``       Sokoban 6x6, 1-2 boxes, 10 steps (the library's default room).
 * ``e1_hard``  Sokoban 7x7, 1-2 boxes scrambled by 50 backward moves, 20 steps: longer
                solutions and room for detours, where step credit should matter more.
+* ``e1_hard_uniform``  E1-hard from a near-uniform initial policy (the policy head's
+               init x 0.01, ~log 4 nats of action entropy at the start): same seeds and
+               tasks as e1_hard, so each arm pairs with its e1_hard runs per seed.
 * ``e2``       TextWorld (host loop, seeds one after another): 3 rooms, a 2-step quest.
                Costly on a CPU: the update runs over 64 x 8 sequences of 653 tokens; on
                2 cores, with another experiment beside it, an iteration took ~65-75 s
@@ -129,6 +132,11 @@ EXPERIMENTS = {
     "e1_hard": Experiment("E1-hard Sokoban 7x7, 1-2 boxes, 20 steps",
                           dict(env="experiments.claims:sokoban_hard", boxes=2), ESTIMATOR_ARMS, "gated_bepo",
                           seeds=8, iterations=30, eval_every=10),
+    # E1-hard from a near-uniform initial policy (the policy head's init x 0.01): does an arm's
+    # deficit on E1-hard come from a collapse onto one action that it never leaves?
+    "e1_hard_uniform": Experiment("E1-hard from a near-uniform initial policy (head_init_scale 0.01)",
+                                  dict(env="experiments.claims:sokoban_hard", boxes=2, head_init_scale=0.01),
+                                  ESTIMATOR_ARMS, "gated_bepo", seeds=8, iterations=30, eval_every=10),
     "e2": Experiment("E2 TextWorld, 3 rooms, 2-step quest", dict(env="textworld", rooms=3, quest_length=2),
                      ESTIMATOR_ARMS, "gated_bepo", seeds=5, iterations=20, eval_every=10),
     "sweep": Experiment("Gated-BEPO's knobs on E1", dict(env="sokoban", boxes=2), SWEEP_ARMS, "default",
