@@ -200,6 +200,40 @@ def _arms(name: str) -> str:
     return "\n".join(lines)
 
 
+def start_effect(name: str, base: str) -> str:
+    """The arms of ``name`` (a claims.py experiment that changes only the initial policy of
+    ``base``: same seeds, same tasks) beside the same arms of ``base``: held-out success,
+    the paired per-seed difference between the two starts, collapses and the action
+    entropy the seeds end at; then the reference arm (Gated-BEPO) minus each other arm
+    under each start."""
+    d, b = _load(f"{name}.json"), _load(f"{base}.json")
+    pts = lambda mh: f"{100 * mh[0]:+.1f} +- {100 * mh[1]:.1f}"
+    lines = ["| arm | initial policy | held-out after | change from start | training tasks after | change from start | "
+             "held-out minus the default start (points) | collapsed seeds | action entropy at the end, min to max "
+             "over seeds (nats) |", "|---|---|---|---|---|---|---|---|---|"]
+    for label, s in d["summary"].items():
+        if label not in b["per_seed"]:
+            continue
+        for which, src in (("default", b), ("near-uniform", d)):
+            sm, ends = src["summary"][label], [abs(x["action_entropy"][-1]) for x in src["per_seed"][label]]
+            diff = pts(_paired({"a": d["per_seed"][label], "b": b["per_seed"][label]}, "a", "b", "held_out_after"))
+            lines.append(f"| {label} | {which} | {_arm_cells(sm)} | {diff if which != 'default' else ''} | "
+                         f"{sm['collapsed']}/{sm['seeds']} | {min(ends):.2f} to {max(ends):.2f} |")
+    ref = d["reference"]
+    others = [o for o in d["per_seed"] if o != ref and ref in d["per_seed"]]
+    if others:
+        lines += ["", "| paired difference (points, 95% t over seeds) | default start | near-uniform start |",
+                  "|---|---|---|"]
+        for o in others:
+            for key, what in (("held_out_after", "held-out"), ("train_after", "training tasks")):
+                cells = [pts(_paired(src["per_seed"], ref, o, key)) for src in (b, d)]
+                lines.append(f"| {what}, {ref} - {o} | {cells[0]} | {cells[1]} |")
+    if d["pending"]:
+        lines += ["", f"Not run from the near-uniform start (`{name}.json` lists them as pending): "
+                  f"{', '.join(d['pending'])}."]
+    return "\n".join(lines)
+
+
 def main_job_pool() -> str:
     d = _load("pool.json")
     lines = ["| arm | training levels, recipe | held-out after | change from start | training tasks after | "
@@ -218,7 +252,8 @@ def main_job_pool() -> str:
 TABLES = {"main_job": main_job, "compare_sokoban": compare_sokoban, "env_loop": env_loop,
           "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
-          "claims_e1_hard": lambda: _claims("e1_hard"), "arms_e1_hard": lambda: _arms("e1_hard")}
+          "claims_e1_hard": lambda: _claims("e1_hard"), "arms_e1_hard": lambda: _arms("e1_hard"),
+          "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard")}
 
 
 def render(text: str) -> str:
