@@ -157,6 +157,11 @@ def _paired(per_seed: dict, a: str, b: str, key: str) -> tuple[float, float]:
     return mean_ci([x[key] - y[key] for x, y in zip(per_seed[a], per_seed[b])])
 
 
+def _points(mh) -> str:
+    """A (mean, half-width) of success differences in percentage points."""
+    return f"{100 * mh[0]:+.1f} +- {100 * mh[1]:.1f}"
+
+
 def _verdict(mh) -> str:
     """Every claim in CLAIMS says arm a is higher than arm b."""
     m, h = mh
@@ -176,8 +181,7 @@ def _claims(name: str) -> str:
             lines.append(f"| {claim} ({a} - {b}) | {paper} | not run yet | | | |")
             continue
         held, train = (_paired(ps, a, b, k) for k in ("held_out_after", "train_after"))
-        pts = lambda mh: f"{100 * mh[0]:+.1f} +- {100 * mh[1]:.1f}"
-        lines.append(f"| {claim} ({a} - {b}) | {paper} | {pts(held)} | {_verdict(held)} | {pts(train)} | "
+        lines.append(f"| {claim} ({a} - {b}) | {paper} | {_points(held)} | {_verdict(held)} | {_points(train)} | "
                      f"{_verdict(train)} |")
     return "\n".join(lines)
 
@@ -207,17 +211,15 @@ def start_effect(name: str, base: str) -> str:
     entropy the seeds end at; then the reference arm (Gated-BEPO) minus each other arm
     under each start."""
     d, b = _load(f"{name}.json"), _load(f"{base}.json")
-    pts = lambda mh: f"{100 * mh[0]:+.1f} +- {100 * mh[1]:.1f}"
     lines = ["| arm | initial policy | held-out after | change from start | training tasks after | change from start | "
              "held-out minus the default start (points) | collapsed seeds | action entropy at the end, min to max "
              "over seeds (nats) |", "|---|---|---|---|---|---|---|---|---|"]
-    for label, s in d["summary"].items():
-        if label not in b["per_seed"]:
-            continue
-        for which, src in (("default", b), ("near-uniform", d)):
+    for label in (x for x in d["summary"] if x in b["per_seed"]):
+        diff = _points(_paired({"new": d["per_seed"][label], "base": b["per_seed"][label]}, "new", "base",
+                               "held_out_after"))
+        for which, src, shown in (("default", b, ""), ("near-uniform", d, diff)):
             sm, ends = src["summary"][label], [abs(x["action_entropy"][-1]) for x in src["per_seed"][label]]
-            diff = pts(_paired({"a": d["per_seed"][label], "b": b["per_seed"][label]}, "a", "b", "held_out_after"))
-            lines.append(f"| {label} | {which} | {_arm_cells(sm)} | {diff if which != 'default' else ''} | "
+            lines.append(f"| {label} | {which} | {_arm_cells(sm)} | {shown} | "
                          f"{sm['collapsed']}/{sm['seeds']} | {min(ends):.2f} to {max(ends):.2f} |")
     ref = d["reference"]
     others = [o for o in d["per_seed"] if o != ref and ref in d["per_seed"]]
@@ -226,7 +228,7 @@ def start_effect(name: str, base: str) -> str:
                   "|---|---|---|"]
         for o in others:
             for key, what in (("held_out_after", "held-out"), ("train_after", "training tasks")):
-                cells = [pts(_paired(src["per_seed"], ref, o, key)) for src in (b, d)]
+                cells = [_points(_paired(src["per_seed"], ref, o, key)) for src in (b, d)]
                 lines.append(f"| {what}, {ref} - {o} | {cells[0]} | {cells[1]} |")
     if d["pending"]:
         lines += ["", f"Not run from the near-uniform start (`{name}.json` lists them as pending): "
