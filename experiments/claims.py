@@ -126,17 +126,17 @@ class Experiment:
     eval_every: int
 
 
+HARD = dict(env="experiments.claims:sokoban_hard", boxes=2)  # E1-hard's room, shared by its variants
 EXPERIMENTS = {
     "e1": Experiment("E1 Sokoban 6x6, 1-2 boxes", dict(env="sokoban", boxes=2), ESTIMATOR_ARMS, "gated_bepo",
                      seeds=8, iterations=30, eval_every=10),
-    "e1_hard": Experiment("E1-hard Sokoban 7x7, 1-2 boxes, 20 steps",
-                          dict(env="experiments.claims:sokoban_hard", boxes=2), ESTIMATOR_ARMS, "gated_bepo",
+    "e1_hard": Experiment("E1-hard Sokoban 7x7, 1-2 boxes, 20 steps", HARD, ESTIMATOR_ARMS, "gated_bepo",
                           seeds=8, iterations=30, eval_every=10),
     # E1-hard from a near-uniform initial policy (the policy head's init x 0.01): does an arm's
     # deficit on E1-hard come from a collapse onto one action that it never leaves?
     "e1_hard_uniform": Experiment("E1-hard from a near-uniform initial policy (head_init_scale 0.01)",
-                                  dict(env="experiments.claims:sokoban_hard", boxes=2, head_init_scale=0.01),
-                                  ESTIMATOR_ARMS, "gated_bepo", seeds=8, iterations=30, eval_every=10),
+                                  {**HARD, "head_init_scale": 0.01}, ESTIMATOR_ARMS, "gated_bepo",
+                                  seeds=8, iterations=30, eval_every=10),
     "e2": Experiment("E2 TextWorld, 3 rooms, 2-step quest", dict(env="textworld", rooms=3, quest_length=2),
                      ESTIMATOR_ARMS, "gated_bepo", seeds=5, iterations=20, eval_every=10),
     "sweep": Experiment("Gated-BEPO's knobs on E1", dict(env="sokoban", boxes=2), SWEEP_ARMS, "default",

@@ -151,10 +151,11 @@ CLAIMS = (
 )
 
 
-def _paired(per_seed: dict, a: str, b: str, key: str) -> tuple[float, float]:
+def _paired(xs: list[dict], ys: list[dict], key: str) -> tuple[float, float]:
+    """Mean +- 95% t over seeds of ``x[key] - y[key]``, seed by seed."""
     from bepo_jax.train.report import mean_ci
 
-    return mean_ci([x[key] - y[key] for x, y in zip(per_seed[a], per_seed[b])])
+    return mean_ci([x[key] - y[key] for x, y in zip(xs, ys)])
 
 
 def _points(mh) -> str:
@@ -180,7 +181,7 @@ def _claims(name: str) -> str:
         if a not in ps or b not in ps:
             lines.append(f"| {claim} ({a} - {b}) | {paper} | not run yet | | | |")
             continue
-        held, train = (_paired(ps, a, b, k) for k in ("held_out_after", "train_after"))
+        held, train = (_paired(ps[a], ps[b], k) for k in ("held_out_after", "train_after"))
         lines.append(f"| {claim} ({a} - {b}) | {paper} | {_points(held)} | {_verdict(held)} | {_points(train)} | "
                      f"{_verdict(train)} |")
     return "\n".join(lines)
@@ -215,20 +216,19 @@ def start_effect(name: str, base: str) -> str:
              "held-out minus the default start (points) | collapsed seeds | action entropy at the end, min to max "
              "over seeds (nats) |", "|---|---|---|---|---|---|---|---|---|"]
     for label in (x for x in d["summary"] if x in b["per_seed"]):
-        diff = _points(_paired({"new": d["per_seed"][label], "base": b["per_seed"][label]}, "new", "base",
-                               "held_out_after"))
+        diff = _points(_paired(d["per_seed"][label], b["per_seed"][label], "held_out_after"))
         for which, src, shown in (("default", b, ""), ("near-uniform", d, diff)):
             sm, ends = src["summary"][label], [abs(x["action_entropy"][-1]) for x in src["per_seed"][label]]
             lines.append(f"| {label} | {which} | {_arm_cells(sm)} | {shown} | "
                          f"{sm['collapsed']}/{sm['seeds']} | {min(ends):.2f} to {max(ends):.2f} |")
     ref = d["reference"]
-    others = [o for o in d["per_seed"] if o != ref and ref in d["per_seed"]]
+    others = [o for o in d["per_seed"] if o != ref] if ref in d["per_seed"] else []
     if others:
         lines += ["", "| paired difference (points, 95% t over seeds) | default start | near-uniform start |",
                   "|---|---|---|"]
         for o in others:
             for key, what in (("held_out_after", "held-out"), ("train_after", "training tasks")):
-                cells = [_points(_paired(src["per_seed"], ref, o, key)) for src in (b, d)]
+                cells = [_points(_paired(src["per_seed"][ref], src["per_seed"][o], key)) for src in (b, d)]
                 lines.append(f"| {what}, {ref} - {o} | {cells[0]} | {cells[1]} |")
     if d["pending"]:
         lines += ["", f"Not run from the near-uniform start (`{name}.json` lists them as pending): "
