@@ -236,6 +236,25 @@ def start_effect(name: str, base: str) -> str:
     return "\n".join(lines)
 
 
+def collapse_escape(d: dict | None = None) -> str:
+    """The collapse probe (``experiments/collapse_escape.py``; its own report renders this
+    table too): per estimator, the collapse pressure P on the shared batches, the mode's
+    share after the update(s), each paired per batch against Gated-BEPO, and the mean
+    credit on the mode's steps of failed trajectories and on off-mode steps by outcome."""
+    d = d if d is not None else _load("collapse_escape.json")
+    n, ref = d["batches"], d["reference"]
+    f = lambda mh, digits=3: f"{mh[0]:+.{digits}f} +- {mh[1]:.{digits}f}"
+    lines = [f"| estimator | collapse pressure P | P minus {ref} | mode share after {d['steps']} update(s) | minus "
+             f"{ref} | batches that lowered it | credit: mode steps of failed trajectories | off-mode steps of "
+             "successful ones | off-mode steps of failed ones |", "|---|---|---|---|---|---|---|---|---|"]
+    for label, s in d["summary"].items():
+        diff = lambda k, digits=3: "reference" if label == ref else f(s[f"{k}_minus_{ref}"], digits)
+        lines.append(f"| {label} | {f(s['pressure'], 4)} | {diff('pressure', 4)} | {_ci(s['mode_share_after'])} | "
+                     f"{diff('mode_share_after')} | {s['batches_pushed_out']}/{n} | {f(s['credit_mode_lost'])} | "
+                     f"{f(s['credit_off_won'])} | {f(s['credit_off_lost'])} |")
+    return "\n".join(lines)
+
+
 def main_job_pool() -> str:
     d = _load("pool.json")
     lines = ["| arm | training levels, recipe | held-out after | change from start | training tasks after | "
@@ -255,7 +274,7 @@ TABLES = {"main_job": main_job, "compare_sokoban": compare_sokoban, "env_loop": 
           "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
           "claims_e1_hard": lambda: _claims("e1_hard"), "arms_e1_hard": lambda: _arms("e1_hard"),
-          "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard")}
+          "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape}
 
 
 def render(text: str) -> str:
