@@ -1,4 +1,4 @@
-"""Leaving a collapse: one update of every estimator from the same collapsed policy.
+"""Leaving a collapse: every estimator's updates from the same collapsed policy.
 
 On E1-hard's seed 0 (``claims.py --experiment e1_hard``) the first update of every arm but
 HGPO put 95-99% of the sampled steps on one action; GRPO, GiGPO, GraphGPO and GAGPO left that
@@ -17,16 +17,17 @@ numbers, so differences between estimators are paired per batch. Per estimator a
 
       P = (1/N) sum_t A_t (1[a_t = a*] - s*),   s* = the share of a* among the batch's N steps;
 
-* the mode's share after one real update with that credit (the run's PPO step, same batch,
-  same state) -- or after ``--steps`` updates, the later ones on the estimator's own
-  rollouts, as in a run --, sampled on a probe rollout of the first 32 training levels x 8 with one key
-  shared by every estimator and batch; "change" is against the same probe of the policy
-  before the update.
+* the mode's share after ``--steps`` real updates (the run's PPO step; the first on the
+  shared batch from the collapsed state, the later ones on the estimator's own rollouts,
+  as in a run), sampled on a probe rollout of the first 32 training levels x 8 with one
+  key shared by every estimator and batch; "change" is against the same probe of the
+  policy before the updates.
 
 Every number is a mean over the batches +- the 95% Student-t half-width over the batches;
 "minus gated_bepo" is paired per batch. Results: ``experiments/results/collapse_escape.{json,md}``.
 
-    python experiments/collapse_escape.py                         # 8 batches x 3 updates: 44 min on 2 CPU cores beside another experiment
+    python experiments/collapse_escape.py                         # 8 batches x 3 updates
+    # (44 min on 2 CPU cores, beside another experiment)
     python experiments/collapse_escape.py --batches 2 --steps 1   # smoke
 """
 
@@ -157,8 +158,9 @@ def main(argv: Optional[list[str]] = None) -> dict:
     from experiments.bench_advantages import machine
 
     info = dict(command="python " + " ".join(["experiments/collapse_escape.py"] + sys.argv[1:]), machine=machine(),
-                config=cfg.to_dict(), reference=REFERENCE, start=args.start, batches=args.batches, mode=words[mode],
-                steps=args.steps, mode_share_probe_before=float(share_before), mode_share_run_iteration2=float(run_share[mode] / run_share.sum()),
+                config=cfg.to_dict(), reference=REFERENCE, start=args.start, batches=args.batches,
+                mode=words[mode], steps=args.steps, mode_share_probe_before=float(share_before),
+                mode_share_run_iteration2=float(run_share[mode] / run_share.sum()),
                 first_iteration=m1, batch_success=batch_success, summary=summary, per_batch=rows,
                 wall_s=time.perf_counter() - t0)
     results = Path(args.results)
