@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 
 from bepo_jax.estimators.registry import get_estimator, make_config  # noqa: E402
 from bepo_jax.train import RunConfig, mean_ci  # noqa: E402
-from bepo_jax.train.setup import Setup  # noqa: E402
+from bepo_jax.train.setup import Setup, action_counts  # noqa: E402
 from experiments.claims import ESTIMATOR_ARMS, EXPERIMENTS  # noqa: E402
 
 REFERENCE = "gated_bepo"
@@ -59,12 +59,6 @@ class Credit(NamedTuple):
     """What ``Setup.learn_from`` reads of an estimator's output (a pytree, so one jit serves all)."""
 
     advantage: jax.Array
-
-
-def action_counts(actions, valid, n_actions: int) -> np.ndarray:
-    """How often each action was sampled on the valid steps (invalid parses, -1, not counted)."""
-    a, v = np.asarray(actions), np.asarray(valid, bool)
-    return np.array([np.sum((a == i) & v) for i in range(n_actions)], np.float64)
 
 
 def credit_numbers(adv, actions, valid, success, mode: int) -> dict:
@@ -114,16 +108,18 @@ def main(argv: Optional[list[str]] = None) -> dict:
                                 e.kernel(b, c).advantage) for a in ESTIMATOR_ARMS}
     probe_key = jax.random.PRNGKey(10_000 + args.seed)
 
+    def counts(ro) -> np.ndarray:
+        return np.asarray(action_counts(ro.actions, ro.batch.mask, len(words)), np.float64)
+
     def probe_counts(params) -> np.ndarray:
-        ro = probe(params, probe_tasks, probe_key)
-        return action_counts(ro.actions, ro.batch.mask, len(words))
+        return counts(probe(params, probe_tasks, probe_key))
 
     before = probe_counts(state.params)
     mode = int(np.argmax(before))
     share_before = before[mode] / before.sum()
     # the run's second rollout: the policy E1-hard's seed 0 sampled at iteration 2
     ro2 = rollout(state, tasks, setup.iteration_key(2))
-    run_share = action_counts(ro2.actions, ro2.batch.mask, len(words))
+    run_share = counts(ro2)
     rows: dict[str, list[dict]] = {a.label: [] for a in ESTIMATOR_ARMS}
     batch_success = []
     for b in range(args.batches):

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from experiments.collapse_escape import action_counts, credit_numbers
+from bepo_jax.train.setup import action_counts
+from experiments.collapse_escape import credit_numbers
 
 
 def test_pressure_and_credit_split_by_hand():
@@ -25,7 +26,7 @@ def test_pressure_and_credit_split_by_hand():
     assert math.isnan(r["credit_off_lost"])
     # the same batch with the credit's sign flipped pushes into the mode
     assert credit_numbers(-adv, actions, valid, success, mode=0)["pressure"] == pytest.approx(-r["pressure"])
-    np.testing.assert_array_equal(action_counts(actions, valid, 3), [5, 1, 0])
+    np.testing.assert_array_equal(np.asarray(action_counts(actions, valid, 3)), [5, 1, 0])
 
 
 def test_no_credit_no_pressure():

@@ -119,8 +119,7 @@ class Setup:
         m["step_advantage_abs_max"] = jnp.max(jnp.abs(jnp.where(valid, out.advantage, 0.0)))
         if not self.host:  # the sampled actions: a collapsing policy shows here, not in the token entropy
             words = self.env.action_words
-            counts = jnp.sum((ro.actions[..., None] == jnp.arange(len(words))) & valid[..., None],
-                             axis=tuple(range(valid.ndim))).astype(jnp.float32)
+            counts = action_counts(ro.actions, valid, len(words))
             share = counts / jnp.maximum(jnp.sum(counts), 1.0)
             m["actions/entropy"] = -jnp.sum(jnp.where(share > 0, share * jnp.log(jnp.where(share > 0, share, 1.0)), 0.0))
             for a, w in enumerate(words):
@@ -199,6 +198,13 @@ class Setup:
                 self._eval = jax.jit(self.rollout)
             ro = self._eval(params, self.eval_pool_for(n_tasks=n_tasks, training=training), key)
         return evaluation(ro.success, ro.batch.reward)
+
+
+def action_counts(actions, valid, n_actions: int):
+    """How often each of ``n_actions`` actions was sampled on the valid steps (float32
+    [n_actions]; invalid parses, -1, count for none). Traceable."""
+    hits = (actions[..., None] == jnp.arange(n_actions)) & valid[..., None]
+    return jnp.sum(hits, axis=tuple(range(valid.ndim))).astype(jnp.float32)
 
 
 def evaluation(success, reward) -> dict:
