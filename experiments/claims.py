@@ -33,8 +33,10 @@ seed. Reported per arm: held-out success (the headline) and training-task succes
 end, the paired change from the start, and the paired difference from the reference arm
 (gated_bepo, or the default in a sweep) -- each a mean over seeds +- the 95% Student-t
 half-width over seeds -- and success against environment steps as a plot. Results:
-``experiments/results/<experiment>.{json,md,png}``, rewritten after every arm (arms not
-yet run are listed as such).
+``experiments/results/<experiment>.{json,md,png}``, rewritten after every arm: the report
+holds every arm known -- run now, finished under ``--out``, or read from the results file's
+earlier version when that was written for the same config, seeds and scale (``runs/`` is not
+versioned) -- and lists the arms not yet run as such. So ``--arms`` adds arms to a report.
 
 ``--scale`` moves an experiment without code changes: ``cpu`` (the defaults below, ~1 h
 on 2 CPU cores for e1), ``gpu`` (4x the groups, a 2-layer 128-wide policy, the run axis
@@ -244,8 +246,30 @@ def plot(exp: Experiment, per_arm: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def arm_record(a: Arm) -> dict:
+    """An arm's definition as its results file records it."""
+    return dict(estimator=a.estimator, config=a.config, run=a.run)
+
+
+def earlier_arms(path: Path, exp: Experiment, base: RunConfig, seeds: int, scale: str) -> dict[str, list[dict]]:
+    """Per-seed numbers of the arms an earlier invocation wrote to its results file ``path``, kept only where
+    they measure the same thing: the same base config (iterations, room, policy, ...), seed count and scale,
+    and the arm's definition unchanged. So a run of some arms adds them to the report instead of replacing
+    it, and a checkout without the earlier run directories (``runs/`` is not versioned) still reports them."""
+    if not path.exists():
+        return {}
+    info = json.loads(path.read_text())
+    same = lambda x: json.loads(json.dumps(x))  # compare as the file stores it (tuples become lists)
+    if (info.get("config") != same(base.to_dict()) or info.get("seeds") != seeds
+            or info.get("scale") != scale):
+        return {}
+    recorded = info.get("arms", {})
+    return {a.label: info["per_seed"][a.label] for a in exp.arms
+            if a.label in info.get("per_seed", {}) and recorded.get(a.label) == same(arm_record(a))}
+
+
 def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pending: list[str], wall: float,
-          results: Path) -> str:
+          results: Path, *, earlier: tuple = ()) -> str:
     from experiments.bench_advantages import machine
 
     summary = summarize(per_arm, exp.reference)
@@ -256,7 +280,7 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
     info = dict(experiment=name, title=exp.title, command=cmd, machine=machine(), scale=args.scale,
                 config=base.to_dict(), seeds=args.seeds, reference=exp.reference, wall_s=wall,
                 iteration_seconds=train_s, pending=pending,
-                arms={a.label: dict(estimator=a.estimator, config=a.config, run=a.run) for a in exp.arms},
+                arms={a.label: arm_record(a) for a in exp.arms}, read_from_earlier_results=list(earlier),
                 summary=summary, per_seed=per_arm)
     (results / f"{name}.json").write_text(json.dumps(info, indent=2))
     ref = exp.reference
@@ -272,7 +296,9 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
              f"steps at some iteration. Every arm started is in the table. Training iterations took {train_s / 60:.0f} min (summed from "
              f"the run directories: every iteration, the first one's compilation included, evaluations not); this "
              f"invocation's wall time "
-             f"{wall / 60:.0f} min (finished runs are read, not re-run).", "",
+             f"{wall / 60:.0f} min (finished runs are read, not re-run)."
+             + (f" Read from this file's earlier version (same config, seeds and scale; their run directories are "
+                f"not in this checkout): {', '.join(earlier)}." if earlier else ""), "",
              f"| arm | estimator (config) | held-out after | change from start | minus {ref} | training tasks "
              f"after | change from start | minus {ref} | collapsed seeds |", "|---|---|---|---|---|---|---|---|---|"]
     arm_of = {a.label: a for a in exp.arms}
@@ -310,7 +336,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
     p.add_argument("--results", default=str(ROOT / "experiments" / "results"))
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--report-only", action="store_true",
-                   help="train nothing: report the arms whose runs are finished, list the others as not run yet")
+                   help="train nothing: report the arms whose runs are finished or that the results file "
+                        "already holds, list the others as not run yet")
     args = p.parse_args(argv)
     exp = EXPERIMENTS[args.experiment]
     labels = [a.label for a in exp.arms]
@@ -342,22 +369,28 @@ def main(argv: Optional[list[str]] = None) -> dict:
         mesh = make_mesh((jax.device_count(),), ("runs",))
     out = Path(args.out) / args.experiment
     arms = [a for a in exp.arms if a.label in chosen]
-    per_arm: dict = {}
+    results = Path(args.results)
+    # arms already reported (this file's earlier version), then the finished runs here, then the ones run now
+    found = earlier_arms(results / f"{args.experiment}.json", exp, base, args.seeds, args.scale)
+    local = {a.label: [seed_numbers(read_metrics(out / a.label / f"seed{s}")) for s in range(args.seeds)]
+             for a in exp.arms if all(is_finished(out / a.label / f"seed{s}", iterations) for s in range(args.seeds))}
+    earlier = [label for label in found if label not in local]
+    known = {**found, **local}
+    in_order = lambda: {a.label: known[a.label] for a in exp.arms if a.label in known}
     start = time.perf_counter()
-    md = ""
-    if args.report_only:
-        done = [a for a in arms if all(is_finished(out / a.label / f"seed{s}", iterations) for s in range(args.seeds))]
-        per_arm = {a.label: [seed_numbers(read_metrics(out / a.label / f"seed{s}")) for s in range(args.seeds)]
-                   for a in done}
-        md = write(args.experiment, exp, base, args, per_arm, [a.label for a in arms if a not in done],
-                   time.perf_counter() - start, Path(args.results))
-    for i, arm in enumerate(arms if not args.report_only else ()):
-        per_arm[arm.label] = run_arm(exp, arm, base, args.seeds, out, progress=not args.quiet, mesh=mesh)
-        md = write(args.experiment, exp, base, args, per_arm, [a.label for a in arms[i + 1:]],
-                   time.perf_counter() - start, Path(args.results))
+
+    def report() -> str:
+        return write(args.experiment, exp, base, args, in_order(), [a.label for a in exp.arms if a.label not in known],
+                     time.perf_counter() - start, results, earlier=tuple(earlier))
+
+    md = report() if args.report_only else ""
+    for arm in arms if not args.report_only else ():
+        known[arm.label] = run_arm(exp, arm, base, args.seeds, out, progress=not args.quiet, mesh=mesh)
+        earlier = [x for x in earlier if x != arm.label]
+        md = report()
     if not args.quiet:
         print(md)
-    return summarize(per_arm, exp.reference)
+    return summarize(in_order(), exp.reference)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """experiments/claims.py end to end at smoke size: two arms x two seeds x two iterations."""
 
 import json
+import shutil
 
 import pytest
 
@@ -12,7 +13,9 @@ def test_claims_smoke_writes_results_and_resumes(tmp_path):
             "--eval-tasks", "4", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "res"), "--quiet"]
     summary = claims.main(args)
     info = json.loads((tmp_path / "res" / "e1.json").read_text())
-    assert set(info["per_seed"]) == {"grpo", "gated_bepo"} and info["pending"] == []
+    assert set(info["per_seed"]) == {"grpo", "gated_bepo"}
+    # the experiment's other arms are listed as not run yet
+    assert info["pending"] == [a.label for a in claims.ESTIMATOR_ARMS if a.label not in ("grpo", "gated_bepo")]
     assert all(len(v) == 2 for v in info["per_seed"].values())
     s = summary["grpo"]
     assert s["seeds"] == 2 and "held_out_after_minus_gated_bepo" in s
@@ -34,6 +37,31 @@ def test_claims_smoke_writes_results_and_resumes(tmp_path):
     before = metrics.stat().st_mtime_ns
     claims.main(args)
     assert metrics.stat().st_mtime_ns == before
+    # a checkout without gated_bepo's run directories: its numbers come from the results file's earlier
+    # version, and a run of another arm adds to the report instead of replacing it
+    shutil.rmtree(tmp_path / "runs" / "e1" / "gated_bepo")
+    claims.main([*args[:2], "--arms", "grpo", *args[4:]])
+    again = json.loads((tmp_path / "res" / "e1.json").read_text())
+    assert again["per_seed"] == info["per_seed"] and again["read_from_earlier_results"] == ["gated_bepo"]
+    assert "earlier version" in (tmp_path / "res" / "e1.md").read_text()
+
+
+def test_earlier_results_are_kept_only_when_they_measure_the_same_thing(tmp_path):
+    exp = claims.EXPERIMENTS["e1"]
+    base = claims.RunConfig(**exp.base, iterations=2, eval_every=2, checkpoint_every=2)
+    arms = {a.label: claims.arm_record(a) for a in exp.arms}
+    info = dict(config=json.loads(json.dumps(base.to_dict())), seeds=2, scale="cpu", arms=arms,
+                per_seed={"grpo": [{"held_out_after": 0.5}], "gated_bepo": [{"held_out_after": 0.25}]})
+    path = tmp_path / "e1.json"
+    path.write_text(json.dumps(info))
+    assert list(claims.earlier_arms(path, exp, base, 2, "cpu")) == ["grpo", "gated_bepo"]
+    assert claims.earlier_arms(path, exp, base.replace(iterations=3), 2, "cpu") == {}
+    assert claims.earlier_arms(path, exp, base, 3, "cpu") == {}
+    assert claims.earlier_arms(path, exp, base, 2, "gpu") == {}
+    info["arms"]["grpo"] = dict(arms["grpo"], config={"lam": 0.5})  # the arm was defined differently then
+    path.write_text(json.dumps(info))
+    assert list(claims.earlier_arms(path, exp, base, 2, "cpu")) == ["gated_bepo"]
+    assert claims.earlier_arms(tmp_path / "missing.json", exp, base, 2, "cpu") == {}
 
 
 def test_claims_refuses_unknown_arms(tmp_path):
