@@ -4,9 +4,14 @@ Two tables, one run:
 
 * ``update`` — ``Trainer.step`` (PPO loss, backward pass, clip, AdamW; one epoch, one
   minibatch) on random token batches shaped like the main job's (Sokoban prompts with
-  h = 2, L = prompt + 8 response tokens), for three policy sizes and several batch sizes
-  (micro-batches through ``grad_accum`` above a per-model size): updates/s, sequences/s,
-  tokens/s, model FLOP/s (``model_flops``), compile time.
+  h = 2, L = prompt + 8 response tokens) and like E2's (TextWorld, h = 2: a 628-token
+  prompt and 25 response tokens), for three policy sizes and several batch sizes
+  (micro-batches through ``grad_accum`` above a per-model size), each scored two ways:
+  ``full`` (the logits at every position) and ``from prompt`` (``TrainConfig.score_from``
+  = prompt - 1: the last layer from the prompt's last position only, what ``Setup``
+  uses), with the largest gradient difference between the two (relative to the largest gradient
+  entry; the initial state, the first micro-batch): updates/s, sequences/s, tokens/s, model FLOP/s (``model_flops``, of the full
+  forward), compile time.
 * ``iteration`` — ``train.Setup.iterate`` of the main job (``RunConfig()``: rollout of
   B x 8 Sokoban episodes (KV-cached decoding), Gated-BEPO, the update, all in
   one jitted program) at several B: iterations/s and environment steps/s.
@@ -38,6 +43,7 @@ from flax import nnx  # noqa: E402
 from bepo_jax.envs.text import VOCAB  # noqa: E402
 from bepo_jax.models import DecoderLM, TransformerConfig  # noqa: E402
 from bepo_jax.rl.train_step import Trainer, TrainConfig, UpdateBatch  # noqa: E402
+from bepo_jax.rollout import prompt_length  # noqa: E402
 from bepo_jax.train import RunConfig, Setup  # noqa: E402
 from experiments.bench_advantages import machine  # noqa: E402
 
@@ -46,14 +52,27 @@ MODELS = {  # label -> (layers, width, heads, largest micro-batch: grad_accum sp
     "4 layers, width 256": (4, 256, 8, 1024),
     "8 layers, width 512": (8, 512, 8, 256),
 }
-SCALES = {  # update_n: sequences per update, per model label (models not listed are skipped)
-    "cpu": dict(update_n={"1 layer, width 64 (main job)": (512, 2048), "4 layers, width 256": (128,)},
+MAIN, WIDE = "1 layer, width 64 (main job)", "4 layers, width 256"
+SCALES = {  # update_n: sequences per update, per (batch shape, model label) (pairs not listed are skipped)
+    "cpu": dict(update_n={("sokoban", MAIN): (512, 2048), ("sokoban", WIDE): (128,), ("textworld", MAIN): (512,)},
                 iteration_groups=(8, 32), repeats=3),
-    "gpu": dict(update_n={"1 layer, width 64 (main job)": (512, 4096, 16384), "4 layers, width 256": (512, 4096, 16384),
-                          "8 layers, width 512": (512, 4096)}, iteration_groups=(8, 256), repeats=3),
-    "gpu-rest": dict(update_n={"1 layer, width 64 (main job)": (16384,), "8 layers, width 512": (4096,)},
+    "gpu": dict(update_n={("sokoban", MAIN): (512, 4096, 16384), ("sokoban", WIDE): (512, 4096, 16384),
+                          ("sokoban", "8 layers, width 512"): (512, 4096), ("textworld", MAIN): (512, 4096),
+                          ("textworld", WIDE): (512,)}, iteration_groups=(8, 256), repeats=3),
+    "gpu-rest": dict(update_n={("sokoban", MAIN): (16384,), ("sokoban", "8 layers, width 512"): (4096,)},
                      iteration_groups=(256,), repeats=3),
 }
+SCORING = ("full", "from prompt")
+
+
+def batch_shapes() -> dict[str, tuple[int, int]]:
+    """(sequence length, prompt length) of the main job's update and of E2's (TextWorld with
+    the host loop's layout: 160-token observations, 24-token commands, a 96-token objective,
+    h = 2, 25 response tokens)."""
+    setup = Setup(RunConfig(iterations=1))
+    length = setup.model.cfg.context
+    tw_prompt = prompt_length(160, 2, 24, 96)
+    return {"sokoban": (length, length - setup.rollout_cfg.max_response), "textworld": (tw_prompt + 25, tw_prompt)}
 
 
 def _median_time(fn, repeats):
@@ -85,38 +104,47 @@ def model_flops(label: str, sequences: int, length: int) -> float:
 
 
 def bench_updates(scale: dict, on_row) -> list[dict]:
-    setup = Setup(RunConfig(iterations=1))
-    length = setup.model.cfg.context
-    prompt = length - setup.rollout_cfg.max_response
     rng = np.random.default_rng(0)
     rows = []
-    for label, (layers, width, heads, micro) in MODELS.items():
+    for (shape, label), sizes in scale["update_n"].items():
+        length, prompt = batch_shapes()[shape]
+        layers, width, heads, micro = MODELS[label]
         model = DecoderLM(TransformerConfig(vocab=VOCAB, layers=layers, width=width, heads=heads, context=length),
                           rngs=nnx.Rngs(0))
         params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(nnx.state(model, nnx.Param)))
-        for n in scale["update_n"].get(label, ()):
+        for n in sizes:
             accum = max(1, n // micro)
-            trainer = Trainer(model, TrainConfig(grad_accum=accum))
             batch = _random_batch(n, length, prompt, rng)
-            state = trainer.init_state()
-            t0 = time.perf_counter()
-            compiled = jax.jit(trainer.update_fn, donate_argnums=(0,)).lower(state, batch).compile()
-            compile_s = time.perf_counter() - t0
-            box = [state]
+            first = {}
+            for scoring in SCORING:
+                trainer = Trainer(model, TrainConfig(grad_accum=accum, score_from=prompt - 1 if scoring != "full" else 0))
+                state = trainer.init_state()
+                t0 = time.perf_counter()
+                compiled = jax.jit(trainer.update_fn, donate_argnums=(0,)).lower(state, batch).compile()
+                compile_s = time.perf_counter() - t0
+                box = [state]
 
-            def one():
-                box[0], m = compiled(box[0], batch)
-                return m["loss"]
+                def one():
+                    box[0], m = compiled(box[0], batch)
+                    return m["loss"]
 
-            jax.block_until_ready(one())
-            dt = _median_time(one, scale["repeats"])
-            row = dict(table="update", model=label, params=params, sequences=n, grad_accum=accum, length=length,
-                       update_s=dt, updates_per_s=1.0 / dt, sequences_per_s=n / dt, tokens_per_s=n * length / dt,
-                       model_tflops_per_s=model_flops(label, n, length) / dt / 1e12,
-                       compile_s=compile_s)
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-            on_row(rows)
+                # the two scorings' gradients at the initial state, on the first micro-batch
+                mb = jax.tree_util.tree_map(lambda x: None if x is None else x[: n // accum], batch)
+                grad = jax.jit(jax.grad(lambda p, b: trainer._loss(p, b)[0]))(state.params, mb)
+                first[scoring] = [np.asarray(x) for x in jax.tree_util.tree_leaves(grad)]
+                jax.block_until_ready(one())
+                dt = _median_time(one, scale["repeats"])
+                row = dict(table="update", shape=shape, model=label, params=params, sequences=n, grad_accum=accum,
+                           length=length, prompt=prompt, scoring=scoring, update_s=dt, updates_per_s=1.0 / dt,
+                           sequences_per_s=n / dt, tokens_per_s=n * length / dt,
+                           model_tflops_per_s=model_flops(label, n, length) / dt / 1e12, compile_s=compile_s)
+                if scoring != "full":  # largest gradient difference, relative to the largest gradient entry
+                    row["grad_rel_diff_vs_full"] = (max(float(np.max(np.abs(a - b))) for a, b in
+                                                        zip(first["full"], first[scoring]))
+                                                    / max(float(np.max(np.abs(a))) for a in first["full"]))
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                on_row(rows)
     return rows
 
 
@@ -156,11 +184,23 @@ def markdown(res: dict) -> str:
              "excluded. TFLOP/s = model FLOPs (6 x matmul parameters x tokens + attention, `model_flops`) "
              "per second; float32 parameters and activations, matmuls at XLA's default precision (on a GPU "
              "that is TF32 tensor cores: rates above the chip's plain-fp32 peak show it).", "",
-             "## Trainer.step (PPO, one epoch, one minibatch; L = %d tokens per sequence)" % (up[0]["length"] if up else 0),
-             "", "| policy | params | sequences (micro-batches) | update | sequences/s | tokens/s | TFLOP/s | compile | run |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "## Trainer.step (PPO, one epoch, one minibatch)", "",
+             "Scoring `full`: logits at every position; `from prompt`: `TrainConfig.score_from` = prompt - 1 (the "
+             "last layer from the prompt's last position only; what the training runs use), with its speed-up over "
+             "`full` on the same batch and the largest difference between the two gradients (initial state, first "
+             "micro-batch) relative to the largest gradient entry.",
+             "", "| batch shape (L, prompt) | policy | params | sequences (micro-batches) | scoring | update | "
+             "speed-up | gradient difference | sequences/s | tokens/s | TFLOP/s | compile | run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    full = {(r.get("shape", "sokoban"), r["model"], r["sequences"]): r["update_s"] for r in up
+            if r.get("scoring", "full") == "full"}
     for r in up:
-        lines.append(f"| {r['model']} | {r['params']:,} | {r['sequences']:,} ({r['grad_accum']}) | {r['update_s'] * 1e3:.1f} ms | "
+        key = (r.get("shape", "sokoban"), r["model"], r["sequences"])
+        speedup = f"{full[key] / r['update_s']:.1f}x" if r.get("scoring", "full") != "full" and key in full else ""
+        diff = f"{r['grad_rel_diff_vs_full']:.1e}" if "grad_rel_diff_vs_full" in r else ""
+        lines.append(f"| {key[0]} ({r['length']}, {r.get('prompt', '?')}) | {r['model']} | {r['params']:,} | "
+                     f"{r['sequences']:,} ({r['grad_accum']}) | {r.get('scoring', 'full')} | {r['update_s'] * 1e3:.1f} ms | "
+                     f"{speedup} | {diff} | "
                      f"{r['sequences_per_s']:,.0f} | {r['tokens_per_s']:,.0f} | "
                      f"{model_flops(r['model'], r['sequences'], r['length']) / r['update_s'] / 1e12:.3g} | "
                      f"{r['compile_s']:.1f} s | {r.get('run', 1)} |")

@@ -108,6 +108,8 @@ def test_end_to_end_rollout_advantages_update(env, tmp_path):
     assert all(np.isfinite(v) for v in m.values())
     assert m["env_steps"] > 0 and 0.0 <= m["success_rate"] <= 1.0
     assert m["invalid_rate"] == 0.0  # constrained decoding: every response is a valid action
+    # the update scores from the prompt's last position: no response token sits before it
+    assert setup.trainer.config.score_from > 0 and m["unscored_response_tokens"] == 0.0
     if env != "textworld":  # the sampled actions' shares and entropy (nats) against a count of the rollout
         ro = jax.jit(setup.rollout_fn)(state, jax.tree_util.tree_map(jnp.asarray, setup.train_tasks),
                                        setup.iteration_key(2))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bepo_jax.models import DecoderLM, PolicyModel, TransformerConfig, token_logprobs
+from bepo_jax.models import DecoderLM, PolicyModel, TransformerConfig, score_logits, token_logprobs
 from bepo_jax.rl import PPOLossConfig, TrainConfig, Trainer, ppo_loss
 from bepo_jax.rl.checkpoint import CheckpointError, Checkpointer
 from bepo_jax.rl.train_step import UpdateBatch
@@ -76,6 +76,24 @@ def test_policy_interface_causal_and_padding(make):
     np.testing.assert_allclose(logits2[:, :8], logits[:, :8], atol=1e-5)  # the future does not leak back
 
 
+@pytest.mark.parametrize("layers", [1, 2])
+def test_score_is_the_full_forward_from_start(layers):
+    """The scoring shortcut (the last layer from ``start`` only) equals the full forward's
+    logits there; a model without it (ConvLM) is sliced."""
+    import dataclasses
+
+    model = DecoderLM(dataclasses.replace(TINY, layers=layers), rngs=nnx.Rngs(1))
+    b = make_update_batch()
+    full = np.asarray(model(b.tokens, b.mask))
+    for start in (1, 5, 11):
+        part = np.asarray(model.score(b.tokens, b.mask, start))
+        assert part.shape == (16, 12 - start, 32)
+        np.testing.assert_allclose(part, full[:, start:], atol=1e-5)
+    conv = ConvLM(rngs=nnx.Rngs(0))
+    np.testing.assert_allclose(np.asarray(score_logits(conv, b.tokens, b.mask, 5)),
+                               np.asarray(conv(b.tokens, b.mask))[:, 5:], atol=1e-6)
+
+
 def test_transformer_config_errors():
     with pytest.raises(ValueError, match="width=30 must be a multiple of heads=4"):
         TransformerConfig(width=30, heads=4)
@@ -117,6 +135,19 @@ def test_token_logprobs_match_numpy():
             lp = z - np.log(np.exp(z).sum())
             assert logp[n, j] == pytest.approx(lp[tokens[n, j]], abs=1e-5)
             assert ent[n, j] == pytest.approx(-(np.exp(lp) * lp).sum(), abs=1e-5)
+
+
+def test_token_logprobs_from_start_are_the_full_ones_after_it():
+    rng = np.random.default_rng(1)
+    logits = jnp.asarray(rng.normal(size=(2, 6, 7)).astype(np.float32))
+    tokens = jnp.asarray(rng.integers(0, 7, (2, 6)).astype(np.int32))
+    full = [np.asarray(x) for x in token_logprobs(logits, tokens)]
+    part = [np.asarray(x) for x in token_logprobs(logits[:, 3:], tokens, 3)]
+    for f, q in zip(full, part):
+        assert q.shape == (2, 6) and np.all(q[:, :4] == 0)
+        np.testing.assert_allclose(q[:, 4:], f[:, 4:], atol=1e-6)
+    with pytest.raises(ValueError, match="logits cover 6 positions.*start=3"):
+        token_logprobs(logits, tokens, 3)
 
 
 # -------------------------------------------------------------------------------- loss
@@ -225,6 +256,26 @@ def test_gradient_accumulation_equals_one_big_minibatch():
     s1, _ = one.step(one.init_state(), b)
     s4, _ = four.step(four.init_state(), b)
     assert _max_diff(s1.params, s4.params) < 1e-5
+
+
+@pytest.mark.parametrize("model", ["transformer", "conv"])
+def test_score_from_gives_the_full_update(model):
+    """The batch's responses start at position 6: scoring from 5 is the same update (the
+    transformer through its shortcut, the conv model through the sliced forward); a
+    response token at or before score_from is refused by name."""
+    make = (lambda: ConvLM(rngs=nnx.Rngs(0))) if model == "conv" else (lambda: None)
+    b = make_update_batch()
+    full, part = make_trainer(model=make()), make_trainer(model=make(), score_from=5)
+    s_full, m_full = full.step(full.init_state(), b)
+    s_part, m_part = part.step(part.init_state(), b)
+    assert _max_diff(s_full.params, s_part.params) < 1e-5
+    assert abs(float(m_full["loss"]) - float(m_part["loss"])) < 1e-6
+    assert float(m_part["unscored_response_tokens"]) == 0.0 and "unscored_response_tokens" not in m_full
+    late = make_trainer(model=make(), score_from=6)
+    with pytest.raises(ValueError, match="TrainConfig.score_from=6"):
+        late.step(late.init_state(), b)
+    with pytest.raises(ValueError, match="score_from"):
+        TrainConfig(score_from=-1)
 
 
 def test_sharded_step_equals_single_device():

@@ -22,6 +22,13 @@ The decode contract (optional; the rollouts use it when present, ``RolloutConfig
 real position (float32 tolerance): the rollouts record log-probs from them, and the PPO
 update recomputes them with the full forward. The cache is any pytree of fixed shape (it
 is carried through a ``lax.scan``). ``DecoderLM`` keeps per-layer keys and values.
+
+The scoring shortcut (optional; the PPO update uses it when ``TrainConfig.score_from`` > 0):
+
+    logits = model.score(tokens, mask, start)   start a static int -> float32 [N, L - start, V]
+
+equal to ``model(tokens, mask)[:, start:]`` (float32 tolerance), computed without the
+work that only positions before ``start`` need (``DecoderLM`` runs its last layer from there).
 """
 
 from __future__ import annotations
@@ -49,14 +56,30 @@ class DecodingModel(PolicyModel, Protocol):
                     ) -> tuple[Float[Array, "N V"], Any]: ...
 
 
-def token_logprobs(logits: Float[Array, "N L V"], tokens: Int[Array, "N L"]) -> tuple[Float[Array, "N L"], Float[Array, "N L"]]:
+def token_logprobs(logits: Float[Array, "N Lq V"], tokens: Int[Array, "N L"], start: int = 0
+                   ) -> tuple[Float[Array, "N L"], Float[Array, "N L"]]:
     """log pi(token_j | tokens_<j) and the entropy of that distribution, aligned to token j.
 
-    Position 0 has no prediction and gets 0 for both.
+    ``logits`` are the model's outputs at positions ``start`` .. L - 1 (``start`` static;
+    0: the full forward), so tokens ``start + 1`` onward are scored; positions 0 ..
+    ``start`` have no prediction here and get 0 for both.
     """
+    if logits.shape[1] != tokens.shape[1] - start:
+        raise ValueError(f"token_logprobs: logits cover {logits.shape[1]} positions, but tokens have "
+                         f"{tokens.shape[1]} and start={start} (expected {tokens.shape[1] - start}).")
     logp_all = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
-    target = tokens[:, 1:]
+    target = tokens[:, start + 1:]
     logp = jnp.take_along_axis(logp_all, target[..., None], axis=-1)[..., 0]
     entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
-    pad = jnp.zeros((tokens.shape[0], 1), jnp.float32)
+    pad = jnp.zeros((tokens.shape[0], start + 1), jnp.float32)
     return jnp.concatenate([pad, logp], axis=1), jnp.concatenate([pad, entropy], axis=1)
+
+
+def score_logits(model, tokens: Int[Array, "N L"], mask: Bool[Array, "N L"], start: int = 0
+                 ) -> Float[Array, "N L-start V"]:
+    """The model's logits at positions ``start`` onward: through its ``score(tokens, mask,
+    start)`` when it has one (the scoring shortcut, module docstring), else the full
+    forward sliced."""
+    if start and hasattr(model, "score"):
+        return model.score(tokens, mask, start)
+    return model(tokens, mask)[:, start:]

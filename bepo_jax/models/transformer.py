@@ -68,18 +68,23 @@ def key_bias(valid: Bool[Array, "N S"]) -> Float[Array, "N 1 1 S"]:
 
 
 def attention(q: Float[Array, "N Q H D"], k: Float[Array, "N S H D"], v: Float[Array, "N S H D"],
-              bias: Float[Array, "N 1 1 S"], *, causal: bool) -> Float[Array, "N Q H D"]:
-    """softmax(q k^T / sqrt(D) + bias [+ causal mask]) v per head. On GPU/TPU through
+              bias: Float[Array, "N 1 1 S"], *, causal: bool, q_offset: int = 0) -> Float[Array, "N Q H D"]:
+    """softmax(q k^T / sqrt(D) + bias [+ causal mask]) v per head. ``q_offset`` (static):
+    the queries are the positions q_offset .. q_offset + Q - 1 of the keys' sequence, so
+    the causal mask lets query i see keys j <= q_offset + i. On GPU/TPU through
     ``jax.nn.dot_product_attention`` (fused kernels where the backend has them); on CPU as
     head-major batched matmuls, which XLA:CPU runs about 2.6x faster than the former at
     146 tokens (``experiments/results/bench_env_loop.md``)."""
+    Q, S = q.shape[1], k.shape[1]
+    visible = (q_offset + jnp.arange(Q))[:, None] >= jnp.arange(S)[None]  # [Q, S]
     if jax.default_backend() != "cpu":
+        if causal and q_offset:
+            return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=visible[None, None])
         return jax.nn.dot_product_attention(q, k, v, bias=bias, is_causal=causal)
     qt, kt, vt = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # [N, H, L, D]
     s = jnp.matmul(qt, jnp.swapaxes(kt, -1, -2)) / jnp.sqrt(q.shape[-1]).astype(q.dtype) + bias
     if causal:
-        Q, S = q.shape[1], k.shape[1]
-        s = s + jnp.where(jnp.arange(Q)[:, None] >= jnp.arange(S)[None], 0.0, _NEG).astype(s.dtype)
+        s = s + jnp.where(visible, 0.0, _NEG).astype(s.dtype)
     return jnp.swapaxes(jnp.matmul(jax.nn.softmax(s, axis=-1), vt), 1, 2)
 
 
@@ -105,12 +110,13 @@ class Block(nnx.Module):
         h = h + self.proj(att.reshape(N, L, W))
         return h + self.down(nnx.gelu(self.up(self.ln2(h))))
 
-    def __call__(self, h, bias):
+    def __call__(self, h, bias, out_from: int = 0):
         """Causal self-attention over the whole sequence; ``bias`` [N, 1, 1, L] masks keys.
-        Returns the block's output and this layer's keys and values (for a cache)."""
+        Returns the block's output at positions ``out_from`` onward (static; 0 = all) and
+        this layer's keys and values at every position (for a cache)."""
         q, k, v = self._qkv(h)
-        att = attention(q, k, v, bias, causal=True)
-        return self._out(h, att), (k, v)
+        att = attention(q[:, out_from:], k, v, bias, causal=True, q_offset=out_from)
+        return self._out(h[:, out_from:], att), (k, v)
 
     def step(self, h, pos, cache_k, cache_v, bias):
         """One new position ``pos`` (h [N, 1, W]) against the cached keys and values
@@ -148,19 +154,27 @@ class DecoderLM(nnx.Module):
         if length > self.cfg.context:
             raise ValueError(f"sequence length {length} exceeds TransformerConfig.context={self.cfg.context}.")
 
-    def _forward(self, tokens, mask):
+    def _forward(self, tokens, mask, start: int = 0):
         N, L = tokens.shape
         self._check(L)
         h = self.embed(tokens) + self.pos(jnp.arange(L))[None]
         bias = key_bias(mask)
         kv = []
-        for blk in self.blocks:
-            h, layer_kv = blk(h, bias)
+        for i, blk in enumerate(self.blocks):
+            h, layer_kv = blk(h, bias, start if i == len(self.blocks) - 1 else 0)
             kv.append(layer_kv)
         return self.head(self.ln_f(h)), kv
 
     def __call__(self, tokens: Int[Array, "N L"], mask: Bool[Array, "N L"]) -> Float[Array, "N L V"]:
         return self._forward(tokens, mask)[0]
+
+    def score(self, tokens: Int[Array, "N L"], mask: Bool[Array, "N L"], start: int) -> Float[Array, "N L-start V"]:
+        """``self(tokens, mask)[:, start:]`` (``start`` static), computed so: every layer but
+        the last runs at every position (the last one's keys and values need them), the
+        last one's queries, MLP and the output head only from ``start``. For a policy
+        update whose responses follow a long prompt this skips most of the last layer:
+        at a 628-token prompt and 25-token responses its attention shrinks 26x."""
+        return self._forward(tokens, mask, start)[0]
 
     def prefill(self, tokens: Int[Array, "N P"], mask: Bool[Array, "N P"], length: int
                 ) -> tuple[Float[Array, "N V"], DecodeCache]:

@@ -23,10 +23,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Bool, Float, Int
 
 from .._config import check_choice, check_int, check_range
-from ..models.interface import token_logprobs
+from ..models.interface import score_logits, token_logprobs
 from .loss import PPOLossConfig, ppo_loss
 
 SCHEDULES = ("constant", "cosine")
+
+
+def _unscored(response_mask: Bool[Array, "N L"], score_from: int, *, count: bool = False):
+    """Whether (or how many) response tokens sit at positions 0 .. score_from, where a
+    loss scoring from ``score_from`` gives them no log-probability."""
+    head = response_mask[:, : score_from + 1]
+    return jnp.sum(head, dtype=jnp.float32) if count else jnp.any(head)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -34,7 +41,12 @@ class TrainConfig:
     """learning_rate (3e-4), weight_decay (0.0), max_grad_norm (1.0, global-norm clip),
     warmup_steps (0), total_steps (1000, for the cosine decay), schedule ("constant" or
     "cosine"), ppo_epochs (1), num_minibatches (1) and grad_accum (micro-batches per
-    minibatch, 1) over the batch's N sequences, loss (PPOLossConfig), seed (0)."""
+    minibatch, 1) over the batch's N sequences, loss (PPOLossConfig), seed (0).
+    score_from (0): the first position whose logit the loss needs -- every response token
+    lies after it (the prompt fills positions 0 .. score_from); a model with the scoring
+    shortcut (``models.interface``) then skips the work only earlier positions need.
+    ``Trainer.step`` refuses a batch with a response token at or before it; inside a
+    larger jitted program the metric ``unscored_response_tokens`` counts them (0)."""
 
     learning_rate: float = 3e-4
     weight_decay: float = 0.0
@@ -47,9 +59,11 @@ class TrainConfig:
     grad_accum: int = 1
     loss: PPOLossConfig = PPOLossConfig()
     seed: int = 0
+    score_from: int = 0
 
     def __post_init__(self):
         n = "TrainConfig"
+        check_int(n, "score_from", self.score_from, lo=0)
         check_range(n, "learning_rate", self.learning_rate, lo=0.0, lo_open=True)
         check_range(n, "weight_decay", self.weight_decay, lo=0.0)
         check_range(n, "max_grad_norm", self.max_grad_norm, lo=0.0, lo_open=True)
@@ -168,6 +182,10 @@ class Trainer:
         per = self.config.num_minibatches * self.config.grad_accum
         if N % per:
             raise ValueError(f"the batch has N={N} sequences, not a multiple of num_minibatches * grad_accum = {per}.")
+        s = self.config.score_from
+        if s and bool(jax.device_get(_unscored(batch.response_mask, s))):
+            raise ValueError(f"the batch has response tokens at or before position TrainConfig.score_from={s}, "
+                             "which the loss would not score: lower score_from to the prompt length - 1 (or 0).")
         if self._update is None:
             out = None
             if self.mesh is not None:
@@ -177,8 +195,8 @@ class Trainer:
 
     def _loss(self, params, mb: UpdateBatch):
         model = nnx.merge(self.graphdef, params, self.rest)
-        logits = model(mb.tokens, mb.mask)
-        logp, ent = token_logprobs(logits, mb.tokens)
+        start = self.config.score_from
+        logp, ent = token_logprobs(score_logits(model, mb.tokens, mb.mask, start), mb.tokens, start)
         return ppo_loss(logp, mb.old_logp, mb.advantage, mb.response_mask, self.config.loss, entropy=ent,
                         ref_logp=mb.ref_logp)
 
@@ -225,4 +243,6 @@ class Trainer:
         keys = jax.random.split(sub, cfg.ppo_epochs)
         (params, opt_state), metrics = jax.lax.scan(epoch, (state.params, state.opt_state), keys)
         metrics = jax.tree_util.tree_map(lambda x: x[-1, -1], metrics)  # the last minibatch's numbers
+        if cfg.score_from:
+            metrics["unscored_response_tokens"] = _unscored(batch.response_mask, cfg.score_from, count=True)
         return TrainState(params, opt_state, state.step + 1, rng), metrics

@@ -81,7 +81,8 @@ class Setup:
                                                  context=P + self.rollout_cfg.max_response), rngs=nnx.Rngs(cfg.seed))
         self.trainer = Trainer(self.model, TrainConfig(
             learning_rate=cfg.learning_rate, total_steps=cfg.iterations, ppo_epochs=cfg.ppo_epochs,
-            num_minibatches=cfg.num_minibatches, loss=PPOLossConfig(entropy_coef=cfg.entropy_coef), seed=cfg.seed))
+            num_minibatches=cfg.num_minibatches, loss=PPOLossConfig(entropy_coef=cfg.entropy_coef), seed=cfg.seed,
+            score_from=P - 1))  # the rollouts' responses start at position P (prompt + response layout)
         self.estimator = get_estimator(cfg.estimator)
         self.est_cfg = make_config(cfg.estimator, **cfg.estimator_config)
         if self.host:
