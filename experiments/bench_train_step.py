@@ -10,7 +10,7 @@ Two tables, one run:
   ``full`` (the logits at every position) and ``from prompt`` (``TrainConfig.score_from``
   = prompt - 1: the last layer from the prompt's last position only, what ``Setup``
   uses), with the largest gradient difference between the two (relative to the largest gradient
-  entry; the initial state, the first micro-batch): updates/s, sequences/s, tokens/s, model FLOP/s (``model_flops``, of the full
+  entry; the initial state, the first 64 sequences): updates/s, sequences/s, tokens/s, model FLOP/s (``model_flops``, of the full
   forward), compile time.
 * ``iteration`` — ``train.Setup.iterate`` of the main job (``RunConfig()``: rollout of
   B x 8 Sokoban episodes (KV-cached decoding), Gated-BEPO, the update, all in
@@ -128,8 +128,8 @@ def bench_updates(scale: dict, on_row) -> list[dict]:
                     box[0], m = compiled(box[0], batch)
                     return m["loss"]
 
-                # the two scorings' gradients at the initial state, on the first micro-batch
-                mb = jax.tree_util.tree_map(lambda x: None if x is None else x[: n // accum], batch)
+                # the two scorings' gradients at the initial state, on the first 64 sequences
+                mb = jax.tree_util.tree_map(lambda x: None if x is None else x[: min(n // accum, 64)], batch)
                 grad = jax.jit(jax.grad(lambda p, b: trainer._loss(p, b)[0]))(state.params, mb)
                 first[scoring] = [np.asarray(x) for x in jax.tree_util.tree_leaves(grad)]
                 jax.block_until_ready(one())
@@ -188,7 +188,7 @@ def markdown(res: dict) -> str:
              "Scoring `full`: logits at every position; `from prompt`: `TrainConfig.score_from` = prompt - 1 (the "
              "last layer from the prompt's last position only; what the training runs use), with its speed-up over "
              "`full` on the same batch and the largest difference between the two gradients (initial state, first "
-             "micro-batch) relative to the largest gradient entry.",
+             "64 sequences) relative to the largest gradient entry.",
              "", "| batch shape (L, prompt) | policy | params | sequences (micro-batches) | scoring | update | "
              "speed-up | gradient difference | sequences/s | tokens/s | TFLOP/s | compile | run |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
