@@ -94,6 +94,21 @@ def test_score_is_the_full_forward_from_start(layers):
                                np.asarray(conv(b.tokens, b.mask))[:, 5:], atol=1e-6)
 
 
+def test_attention_with_a_query_offset_agrees_across_backends_paths(monkeypatch):
+    """Queries from position 5 on: the CPU path (explicit causal bias) and the GPU/TPU path
+    (``jax.nn.dot_product_attention`` with a mask, run here on CPU) equal the full
+    attention's rows from 5 on."""
+    from bepo_jax.models import transformer as tf
+
+    rng = np.random.default_rng(2)
+    q, k, v = (jnp.asarray(rng.normal(size=(3, 9, 2, 4)).astype(np.float32)) for _ in range(3))
+    bias = tf.key_bias(jnp.asarray(rng.random((3, 9)) > 0.2))
+    full = np.asarray(tf.attention(q, k, v, bias, causal=True))[:, 5:]
+    np.testing.assert_allclose(np.asarray(tf.attention(q[:, 5:], k, v, bias, causal=True, q_offset=5)), full, atol=1e-5)
+    monkeypatch.setattr(tf.jax, "default_backend", lambda: "gpu")
+    np.testing.assert_allclose(np.asarray(tf.attention(q[:, 5:], k, v, bias, causal=True, q_offset=5)), full, atol=1e-5)
+
+
 def test_transformer_config_errors():
     with pytest.raises(ValueError, match="width=30 must be a multiple of heads=4"):
         TransformerConfig(width=30, heads=4)

@@ -20,7 +20,7 @@ The decode contract (optional; the rollouts use it when present, ``RolloutConfig
 
 ``next_logits`` must equal ``model(tokens, mask)[:, pos]`` of the full forward at every
 real position (float32 tolerance): the rollouts record log-probs from them, and the PPO
-update recomputes them with the full forward. The cache is any pytree of fixed shape (it
+update recomputes them with the full forward (or the scoring shortcut below). The cache is any pytree of fixed shape (it
 is carried through a ``lax.scan``). ``DecoderLM`` keeps per-layer keys and values.
 
 The scoring shortcut (optional; the PPO update uses it when ``TrainConfig.score_from`` > 0):
