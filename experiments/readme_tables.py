@@ -14,6 +14,8 @@ import argparse
 import json
 import re
 import sys
+
+import numpy as np
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,6 +257,44 @@ def collapse_escape(d: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+def _lab_knob(d: dict, label: str) -> str:
+    """The credit lab's name of a sweep arm's setting (``lam_0.0``, ``history_2``; no config: ``default``)."""
+    return "_".join(f"{k}_{v}" for k, v in d["arms"][label]["config"].items()) or "default"
+
+
+def knob_sweep() -> str:
+    """The knob sweep on E1 (``claims.py --experiment sweep``) beside the credit lab's
+    prediction for each setting: Pearson correlation of Gated-BEPO's credit with the exact
+    advantage on Sokoban at K = 8, minus the default's (mean +- 95% t over the lab's
+    batches), then held-out and training-task success after training and the paired
+    per-seed difference from the default (points), with a verdict."""
+    d, lab = _load("sweep.json"), _load("credit_lab/summary.json")["knobs"]["8"]
+    ref = d["reference"]
+    lines = [f"| setting | credit lab: Pearson minus {ref} (Sokoban, K = 8) | held-out after | minus {ref} (points) | "
+             f"verdict | training tasks after | minus {ref} (points) | verdict | collapsed seeds |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for label, s in d["summary"].items():
+        pv = lab.get(_lab_knob(d, label), {}).get("pearson_vs_default", {}).get("sokoban")
+        lab_cell = "reference" if label == ref else (f"{pv['mean']:+.3f} +- {pv['ci95']:.3f}" if pv else "not in the lab")
+        cells = []
+        for key in ("held_out_after", "train_after"):
+            diff = s.get(f"{key}_minus_{ref}")  # claims.summarize: paired per seed, with its verdict
+            cells += [_ci(s[key]), "reference" if label == ref else _points(diff) if diff else "n/a",
+                      s.get(f"{key}_verdict", "")]
+        lines.append(f"| {label} | {lab_cell} | " + " | ".join(cells) + f" | {s['collapsed']}/{s['seeds']} |")
+    for label in d["pending"]:
+        lines.append(f"| {label} | not finished (`sweep.json` lists it as pending) | | | | | | | |")
+    pairs = [(lab[_lab_knob(d, label)]["pearson_vs_default"]["sokoban"]["mean"], s[f"held_out_after_minus_{ref}"][0])
+             for label, s in d["summary"].items()
+             if "pearson_vs_default" in lab.get(_lab_knob(d, label), {}) and f"held_out_after_minus_{ref}" in s]
+    if len(pairs) >= 3:
+        rank = lambda xs: np.argsort(np.argsort(xs))
+        rho = np.corrcoef(rank([a for a, _ in pairs]), rank([b for _, b in pairs]))[0, 1]
+        lines += ["", f"Spearman rank correlation over the {len(pairs)} settings between the credit lab's "
+                  f"Pearson difference and the held-out difference: {rho:+.2f} (descriptive: no interval)."]
+    return "\n".join(lines)
+
+
 def main_job_pool() -> str:
     d = _load("pool.json")
     lines = ["| arm | training levels, recipe | held-out after | change from start | training tasks after | "
@@ -274,7 +314,7 @@ TABLES = {"main_job": main_job, "compare_sokoban": compare_sokoban, "env_loop": 
           "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
           "claims_e1_hard": lambda: _claims("e1_hard"), "arms_e1_hard": lambda: _arms("e1_hard"),
-          "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape}
+          "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape, "sweep": knob_sweep}
 
 
 def render(text: str) -> str:
