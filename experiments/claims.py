@@ -9,10 +9,9 @@ Experiments (``--experiment``):
                init x 0.01, ~log 4 nats of action entropy at the start): same seeds and
                tasks as e1_hard, so each arm pairs with its e1_hard runs per seed.
 * ``e2``       TextWorld (host loop, seeds one after another): 3 rooms, a 2-step quest.
-               Costly on a CPU: the update runs over 64 x 8 sequences of 653 tokens; on
-               2 cores, with another experiment beside it, an iteration took ~65-75 s
-               (rollout 14-17 s, update 47-60 s), i.e. ~17 hours for 9 arms x 5 seeds x
-               20 iterations. Meant for ``--scale gpu``.
+               The update runs over 64 x 8 sequences of 653 tokens; scoring from the
+               prompt (``TrainConfig.score_from``) brought an iteration on 2 cores from
+               ~65-75 s to ~7 s (mostly the rollout): ~15 min per arm of 5 seeds.
 * ``sweep``    Gated-BEPO's knobs on E1: lam, eta_gated, w and history at the settings
                the credit lab ranks best and worst (``experiments/credit_lab.py``).
 * ``pool``     the main job (``make train``: Gated-BEPO, 60 iterations) on its fixed pool
@@ -70,6 +69,7 @@ from bepo_jax.envs.sokoban import SokobanConfig, SokobanEnv  # noqa: E402
 from bepo_jax.train import RunConfig, mean_ci, read_metrics, train, train_seeds  # noqa: E402
 from bepo_jax.train.rundir import is_finished  # noqa: E402
 from experiments.learning_rate import COLLAPSE, action_curves  # noqa: E402
+from experiments.readme_tables import collapsed_seeds  # noqa: E402
 
 
 def sokoban_hard(cfg: RunConfig) -> SokobanEnv:
@@ -159,8 +159,9 @@ def seed_numbers(rows: list[dict]) -> dict:
     ev = [(int(r["iteration"]), float(s), r["eval/success_rate"], r["eval_train/success_rate"])
           for r, s in zip(rows, steps) if "eval/success_rate" in r]
     _, entropy, top = action_curves(rows)
+    tasks = [r["eval/tasks"] for r in rows if "eval/tasks" in r]
     return {"held_out_before": ev[0][2], "held_out_after": ev[-1][2], "train_before": ev[0][3],
-            "train_after": ev[-1][3], "curve": ev,
+            "train_after": ev[-1][3], "curve": ev, "held_out_tasks": int(tasks[-1]) if tasks else None,
             "iteration_seconds": float(sum(r.get("step_time", 0.0) for r in rows)),
             "action_entropy": entropy, "top_action_share": top}
 
@@ -188,7 +189,9 @@ def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
                 d = mean_ci([seeds[i][k] - ref[i][k] for i in range(n)])
                 s[f"{k}_minus_{reference}"] = d
                 s[f"{k}_verdict"] = verdict(d)
-        s["collapsed"] = sum(max(x["top_action_share"], default=0.0) > COLLAPSE for x in seeds)
+        # host environments (TextWorld) record no action shares: collapse is not measured there
+        s["collapsed"] = (sum(max(x["top_action_share"], default=0.0) > COLLAPSE for x in seeds)
+                          if any(x["top_action_share"] for x in seeds) else None)
         s["seeds"] = len(seeds)
         out[label] = s
     return out
@@ -273,8 +276,11 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
     from experiments.bench_advantages import machine
 
     summary = summarize(per_arm, exp.reference)
-    # the seeds of an arm run as one program: each seed's rows carry that program's iteration time
-    train_s = sum(seeds[0]["iteration_seconds"] for seeds in per_arm.values())
+    # the seeds of an arm run as one program (each seed's rows carry that program's iteration
+    # time), except in host environments, where they run one after another
+    train_s = sum(sum(x["iteration_seconds"] for x in seeds) if is_host_env(base.env) else seeds[0]["iteration_seconds"]
+                  for seeds in per_arm.values())
+    held = {x.get("held_out_tasks") for seeds in per_arm.values() for x in seeds} - {None}
     cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
     results.mkdir(parents=True, exist_ok=True)
     info = dict(experiment=name, title=exp.title, command=cmd, machine=machine(), scale=args.scale,
@@ -289,7 +295,7 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
     lines = [f"# {exp.title}", "", f"Command: {shown}  ",
              f"{base.iterations} iterations of {base.groups} groups x {base.group_size} trajectories, {args.seeds} "
              f"seeds per arm ({'one after another' if is_host_env(base.env) else 'one program per arm'}), scale "
-             f"{args.scale}; held-out: {base.eval_tasks} tasks never "
+             f"{args.scale}; held-out: {'/'.join(map(str, sorted(held))) or base.eval_tasks} tasks never "
              f"trained on, {base.group_size} samples each. Every number: mean over seeds +- the 95% Student-t "
              f"half-width over seeds; 'minus {ref}' is the paired per-seed difference (arms share each seed's "
              f"tasks). Collapsed seeds: runs where one action took more than {COLLAPSE:.0%} of an iteration's sampled "
@@ -310,7 +316,7 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
                           if k + "_minus_" + ref in s else f"n/a ({ref} not run yet)")
         lines.append(f"| {label} | {est} | {fmt(s['held_out_after'])} | {fmt(s['held_out_change'])} | "
                      f"{diff('held_out_after')} | {fmt(s['train_after'])} | {fmt(s['train_change'])} | "
-                     f"{diff('train_after')} | {s['collapsed']}/{s['seeds']} |")
+                     f"{diff('train_after')} | {collapsed_seeds(s)} |")
     for label in pending:
         lines.append(f"| {label} | {arm_of[label].estimator} | not run yet | | | | | | |")
     if per_arm:

@@ -195,13 +195,19 @@ def _arm_cells(s: dict) -> str:
             f"{_ci(s['train_change'])}")
 
 
+def collapsed_seeds(s: dict) -> str:
+    """An arm's collapsed seeds (claims.py summary) as 'k/n', or 'n/a' where its runs record
+    no action shares (host environments such as TextWorld)."""
+    return "n/a" if s["collapsed"] is None else f"{s['collapsed']}/{s['seeds']}"
+
+
 def _arms(name: str) -> str:
     """The arms table of one claims.py experiment; arms not finished are listed as such."""
     d = _load(f"{name}.json")
     lines = ["| arm | held-out after | change from start | training tasks after | change from start | "
              "collapsed seeds |", "|---|---|---|---|---|---|"]
     for label, s in d["summary"].items():
-        lines.append(f"| {label} | {_arm_cells(s)} | {s['collapsed']}/{s['seeds']} |")
+        lines.append(f"| {label} | {_arm_cells(s)} | {collapsed_seeds(s)} |")
     for label in d["pending"]:
         lines.append(f"| {label} | not finished (`{name}.json` lists it as pending) | | | | |")
     return "\n".join(lines)
@@ -222,7 +228,7 @@ def start_effect(name: str, base: str) -> str:
         for which, src, shown in (("default", b, ""), ("near-uniform", d, diff)):
             sm, ends = src["summary"][label], [abs(x["action_entropy"][-1]) for x in src["per_seed"][label]]
             lines.append(f"| {label} | {which} | {_arm_cells(sm)} | {shown} | "
-                         f"{sm['collapsed']}/{sm['seeds']} | {min(ends):.2f} to {max(ends):.2f} |")
+                         f"{collapsed_seeds(sm)} | {min(ends):.2f} to {max(ends):.2f} |")
     ref = d["reference"]
     others = [o for o in d["per_seed"] if o != ref] if ref in d["per_seed"] else []
     if others:
@@ -281,7 +287,7 @@ def knob_sweep() -> str:
             diff = s.get(f"{key}_minus_{ref}")  # claims.summarize: paired per seed, with its verdict
             cells += [_ci(s[key]), "reference" if label == ref else _points(diff) if diff else "n/a",
                       s.get(f"{key}_verdict", "")]
-        lines.append(f"| {label} | {lab_cell} | " + " | ".join(cells) + f" | {s['collapsed']}/{s['seeds']} |")
+        lines.append(f"| {label} | {lab_cell} | " + " | ".join(cells) + f" | {collapsed_seeds(s)} |")
     for label in d["pending"]:
         lines.append(f"| {label} | not finished (`sweep.json` lists it as pending) | | | | | | | |")
     pairs = [(lab[_lab_knob(d, label)]["pearson_vs_default"]["sokoban"]["mean"], s[f"held_out_after_minus_{ref}"][0])
@@ -314,7 +320,8 @@ TABLES = {"main_job": main_job, "compare_sokoban": compare_sokoban, "env_loop": 
           "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
           "claims_e1_hard": lambda: _claims("e1_hard"), "arms_e1_hard": lambda: _arms("e1_hard"),
-          "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape, "sweep": knob_sweep}
+          "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape, "sweep": knob_sweep,
+          "claims_e2": lambda: _claims("e2"), "arms_e2": lambda: _arms("e2")}
 
 
 def render(text: str) -> str:
