@@ -14,9 +14,9 @@ import argparse
 import json
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -320,8 +320,8 @@ TABLES = {"main_job": main_job, "compare_sokoban": compare_sokoban, "env_loop": 
           "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
           "claims_e1_hard": lambda: _claims("e1_hard"), "arms_e1_hard": lambda: _arms("e1_hard"),
-          "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape, "sweep": knob_sweep,
-          "claims_e2": lambda: _claims("e2"), "arms_e2": lambda: _arms("e2")}
+          "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape,
+          "sweep": knob_sweep, "claims_e2": lambda: _claims("e2"), "arms_e2": lambda: _arms("e2")}
 
 
 def render(text: str) -> str:
