@@ -9,9 +9,9 @@ Two tables, one run:
   (micro-batches through ``grad_accum`` above a per-model size), each scored two ways:
   ``full`` (the logits at every position) and ``from prompt`` (``TrainConfig.score_from``
   = prompt - 1: the last layer from the prompt's last position only, what ``Setup``
-  uses), with the largest gradient difference between the two (relative to the largest gradient
-  entry; the initial state, the first 64 sequences): updates/s, sequences/s, tokens/s, model FLOP/s (``model_flops``, of the full
-  forward), compile time.
+  uses), with the largest gradient difference between the two relative to the largest
+  gradient entry (the initial state, the first 64 sequences): updates/s, sequences/s,
+  tokens/s, model FLOP/s (``model_flops``, of the full forward), compile time.
 * ``iteration`` — ``train.Setup.iterate`` of the main job (``RunConfig()``: rollout of
   B x 8 Sokoban episodes (KV-cached decoding), Gated-BEPO, the update, all in
   one jitted program) at several B: iterations/s and environment steps/s.
@@ -106,8 +106,9 @@ def model_flops(label: str, sequences: int, length: int) -> float:
 def bench_updates(scale: dict, on_row) -> list[dict]:
     rng = np.random.default_rng(0)
     rows = []
+    shapes = batch_shapes()
     for (shape, label), sizes in scale["update_n"].items():
-        length, prompt = batch_shapes()[shape]
+        length, prompt = shapes[shape]
         layers, width, heads, micro = MODELS[label]
         model = DecoderLM(TransformerConfig(vocab=VOCAB, layers=layers, width=width, heads=heads, context=length),
                           rngs=nnx.Rngs(0))
@@ -115,7 +116,7 @@ def bench_updates(scale: dict, on_row) -> list[dict]:
         for n in sizes:
             accum = max(1, n // micro)
             batch = _random_batch(n, length, prompt, rng)
-            first = {}
+            grads = {}
             for scoring in SCORING:
                 trainer = Trainer(model, TrainConfig(grad_accum=accum, score_from=prompt - 1 if scoring != "full" else 0))
                 state = trainer.init_state()
@@ -131,7 +132,7 @@ def bench_updates(scale: dict, on_row) -> list[dict]:
                 # the two scorings' gradients at the initial state, on the first 64 sequences
                 mb = jax.tree_util.tree_map(lambda x: None if x is None else x[: min(n // accum, 64)], batch)
                 grad = jax.jit(jax.grad(lambda p, b: trainer._loss(p, b)[0]))(state.params, mb)
-                first[scoring] = [np.asarray(x) for x in jax.tree_util.tree_leaves(grad)]
+                grads[scoring] = [np.asarray(x) for x in jax.tree_util.tree_leaves(grad)]
                 jax.block_until_ready(one())
                 dt = _median_time(one, scale["repeats"])
                 row = dict(table="update", shape=shape, model=label, params=params, sequences=n, grad_accum=accum,
@@ -140,8 +141,8 @@ def bench_updates(scale: dict, on_row) -> list[dict]:
                            model_tflops_per_s=model_flops(label, n, length) / dt / 1e12, compile_s=compile_s)
                 if scoring != "full":  # largest gradient difference, relative to the largest gradient entry
                     row["grad_rel_diff_vs_full"] = (max(float(np.max(np.abs(a - b))) for a, b in
-                                                        zip(first["full"], first[scoring]))
-                                                    / max(float(np.max(np.abs(a))) for a in first["full"]))
+                                                        zip(grads["full"], grads[scoring]))
+                                                    / max(float(np.max(np.abs(a))) for a in grads["full"]))
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 on_row(rows)
