@@ -279,8 +279,11 @@ def knob_sweep() -> str:
     lines = [f"| setting | credit lab: Pearson minus {ref} (Sokoban, K = 8) | held-out after | minus {ref} (points) | "
              f"verdict | training tasks after | minus {ref} (points) | verdict | collapsed seeds |",
              "|---|---|---|---|---|---|---|---|---|"]
+    pairs = []  # (the lab's Pearson difference, the held-out difference) per setting
     for label, s in d["summary"].items():
         pv = lab.get(_lab_knob(d, label), {}).get("pearson_vs_default", {}).get("sokoban")
+        if pv and f"held_out_after_minus_{ref}" in s:
+            pairs.append((pv["mean"], s[f"held_out_after_minus_{ref}"][0]))
         lab_cell = "reference" if label == ref else (f"{pv['mean']:+.3f} +- {pv['ci95']:.3f}" if pv else "not in the lab")
         cells = []
         for key in ("held_out_after", "train_after"):
@@ -290,9 +293,6 @@ def knob_sweep() -> str:
         lines.append(f"| {label} | {lab_cell} | " + " | ".join(cells) + f" | {collapsed_seeds(s)} |")
     for label in d["pending"]:
         lines.append(f"| {label} | not finished (`sweep.json` lists it as pending) | | | | | | | |")
-    pairs = [(lab[_lab_knob(d, label)]["pearson_vs_default"]["sokoban"]["mean"], s[f"held_out_after_minus_{ref}"][0])
-             for label, s in d["summary"].items()
-             if "pearson_vs_default" in lab.get(_lab_knob(d, label), {}) and f"held_out_after_minus_{ref}" in s]
     if len(pairs) >= 3:
         rank = lambda xs: np.argsort(np.argsort(xs))
         rho = np.corrcoef(rank([a for a, _ in pairs]), rank([b for _, b in pairs]))[0, 1]
