@@ -14,9 +14,13 @@ Experiments (``--experiment``):
                ~65-75 s to ~7 s (mostly the rollout): ~15 min per arm of 5 seeds.
 * ``sweep``    Gated-BEPO's knobs on E1: lam, eta_gated, w and history at the settings
                the credit lab ranks best and worst (``experiments/credit_lab.py``).
-* ``pool``     the main job (``make train``: Gated-BEPO, 60 iterations) on its fixed pool
-               of 32 training levels against 4096 generated levels (nearly fresh ones),
-               and training recipes on fresh levels (initial policy, updates per batch).
+* ``pool``     the earlier main job (Gated-BEPO, 60 iterations, a 1-layer width-64 policy)
+               on its fixed pool of 32 training levels against 4096 generated levels
+               (nearly fresh ones), and training recipes on fresh levels (initial policy,
+               updates per batch).
+* ``main_job`` the main job's recipe (``make train``: fresh levels, 16 groups, a 2-layer
+               width-128 policy, 100 iterations, 128 held-out levels), and the same with
+               the 1-layer width-64 policy.
 
 Arms of e1/e1_hard/e2 (label: estimator and config): every estimator of the registry
 (grpo, gigpo, graphgpo, gagpo, hgpo, gated_bepo) and the ablation ladder the paper climbs
@@ -115,6 +119,15 @@ POOL_ARMS = (Arm("pool_32", "gated_bepo", run={"task_pool": 32}),
              Arm("fresh_uniform", "gated_bepo", run={**FRESH, "head_init_scale": 0.01}),
              Arm("fresh_uniform_ppo4", "gated_bepo",
                  run={**FRESH, "head_init_scale": 0.01, "ppo_epochs": 4, "num_minibatches": 4, "learning_rate": 1e-3}))
+# The main job's recipe (``make train`` passes these flags; tests/test_claims_smoke.py checks
+# that the Makefile and this dict agree): fresh levels, 16 groups per iteration, a 2-layer
+# width-128 policy that sees only the current grid (prompt history 0), a near-uniform head,
+# learning rate 1e-3, 100 iterations, and 128 held-out levels so that a run's interval over
+# levels is narrow enough to see a rise of a few points. Its arms: the recipe, and the recipe
+# with the old 1-layer width-64 policy (does the larger policy matter?).
+MAIN_JOB = dict(env="sokoban", task_pool=4096, groups=16, layers=2, width=128, prompt_history=0,
+                head_init_scale=0.01, learning_rate=1e-3, eval_tasks=128)
+MAIN_JOB_ARMS = (Arm("recipe", "gated_bepo"), Arm("recipe_1x64", "gated_bepo", run={"layers": 1, "width": 64}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +158,8 @@ EXPERIMENTS = {
                         seeds=8, iterations=30, eval_every=10),
     "pool": Experiment("The main job: a fixed pool of 32 levels vs fresh levels", dict(env="sokoban"), POOL_ARMS,
                            "pool_32", seeds=4, iterations=60, eval_every=20),
+    "main_job": Experiment("The main job's recipe: fresh levels, a 2-layer policy, 100 iterations", MAIN_JOB,
+                           MAIN_JOB_ARMS, "recipe", seeds=8, iterations=100, eval_every=50),
 }
 SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
           "pod": dict(groups=128, layers=4, width=256, eval_tasks=128)}
@@ -357,7 +372,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     iterations = args.iterations or exp.iterations
     scale = dict(SCALES[args.scale])
     scale.update({k: v for k, v in (("groups", args.groups), ("eval_tasks", args.eval_tasks)) if v is not None})
-    base = RunConfig(**exp.base, **scale, iterations=iterations, eval_every=min(exp.eval_every, iterations),
+    base = RunConfig(**{**exp.base, **scale}, iterations=iterations, eval_every=min(exp.eval_every, iterations),
                      checkpoint_every=min(10, iterations))
     mesh = None
     if args.distributed:
