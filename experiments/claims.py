@@ -18,10 +18,10 @@ Experiments (``--experiment``):
                on its fixed pool of 32 training levels against 4096 generated levels
                (nearly fresh ones), and training recipes on fresh levels (initial policy,
                updates per batch).
-* ``main_job`` the main job's recipe (``make train``: fresh levels, 16 groups, a 2-layer
+* ``main_recipe`` the main job's recipe (``make train``: fresh levels, 16 groups, a 2-layer
                width-128 policy, 4 epochs of 4 minibatches per batch, 60 iterations, 128
                held-out levels) against the earlier main job on the same levels;
-               ``main_job_1epoch`` the recipe with one update per batch (100 iterations).
+               ``main_recipe_1epoch`` the recipe with one update per batch (100 iterations).
 
 Arms of e1/e1_hard/e2 (label: estimator and config): every estimator of the registry
 (grpo, gigpo, graphgpo, gagpo, hgpo, gated_bepo) and the ablation ladder the paper climbs
@@ -127,7 +127,7 @@ POOL_ARMS = (Arm("pool_32", "gated_bepo", run={"task_pool": 32}),
 # levels (a run's interval over levels narrow enough to see a rise of a few points). Its arms:
 # the recipe, and the earlier main job (a fixed pool of 32 levels, 8 groups, a 1-layer width-64
 # policy with 2 steps of history, the LeCun head, lr 3e-3, one update per batch) on the same
-# 128 held-out levels, so the difference is paired per seed. ``main_job_1epoch``: the recipe
+# 128 held-out levels, so the difference is paired per seed. ``main_recipe_1epoch``: the recipe
 # with one update per batch at 100 iterations, the first version tried (its held-out success
 # barely moved).
 MAIN_JOB = dict(env="sokoban", task_pool=4096, groups=16, layers=2, width=128, prompt_history=0,
@@ -165,9 +165,9 @@ EXPERIMENTS = {
                         seeds=8, iterations=30, eval_every=10),
     "pool": Experiment("The main job: a fixed pool of 32 levels vs fresh levels", dict(env="sokoban"), POOL_ARMS,
                            "pool_32", seeds=4, iterations=60, eval_every=20),
-    "main_job": Experiment("The main job's recipe against the earlier main job, 128 held-out levels", MAIN_JOB,
+    "main_recipe": Experiment("The main job's recipe against the earlier main job, 128 held-out levels", MAIN_JOB,
                            MAIN_JOB_ARMS, "recipe", seeds=8, iterations=60, eval_every=30),
-    "main_job_1epoch": Experiment("The main job's recipe with one update per batch, 100 iterations",
+    "main_recipe_1epoch": Experiment("The main job's recipe with one update per batch, 100 iterations",
                                   {**MAIN_JOB, "ppo_epochs": 1, "num_minibatches": 1},
                                   (Arm("recipe_1epoch", "gated_bepo"),), "recipe_1epoch", seeds=8, iterations=100,
                                   eval_every=50),
