@@ -308,7 +308,7 @@ def main_job_pool() -> str:
     for label, s in d["summary"].items():
         run = dict(d["arms"][label]["run"])
         levels = run.pop("task_pool")
-        recipe = ", ".join(f"{k}={v}" for k, v in run.items()) or "the main job's"
+        recipe = ", ".join(f"{k}={v}" for k, v in run.items()) or "the earlier main job's"
         diff = s.get("held_out_after_minus_pool_32")
         lines.append(f"| {label} | {levels}; {recipe} | {_arm_cells(s)} | {_ci(diff) if diff else 'reference'} |")
     for label in d["pending"]:
@@ -316,8 +316,25 @@ def main_job_pool() -> str:
     return "\n".join(lines)
 
 
-TABLES = {"main_job": main_job, "compare_sokoban": compare_sokoban, "env_loop": env_loop,
-          "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
+def main_recipe() -> str:
+    """The main job's recipe (``main_recipe``: the recipe and the earlier main job on the same 128
+    held-out levels per seed) and the recipe with one update per batch (``main_recipe_1epoch``)."""
+    lines = ["| arm | experiment, iterations | held-out after | change from start | training tasks after | "
+             "change from start | held-out minus recipe | collapsed seeds |", "|---|---|---|---|---|---|---|---|"]
+    for name in ("main_recipe", "main_recipe_1epoch"):
+        d = _load(f"{name}.json")
+        for label, s in d["summary"].items():
+            diff = s.get("held_out_after_minus_recipe")
+            ref = "reference" if label == "recipe" else (_ci(diff) if diff else "not paired")
+            lines.append(f"| {label} | {name}, {d['config']['iterations']} | {_arm_cells(s)} | {ref} | "
+                         f"{collapsed_seeds(s)} |")
+        for label in d["pending"]:
+            lines.append(f"| {label} | not finished (`{name}.json` lists it as pending) | | | | | | |")
+    return "\n".join(lines)
+
+
+TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": compare_sokoban,
+          "env_loop": env_loop, "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
           "claims_e1_hard": lambda: _claims("e1_hard"), "arms_e1_hard": lambda: _arms("e1_hard"),
           "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape,

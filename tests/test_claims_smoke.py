@@ -1,10 +1,13 @@
 """experiments/claims.py end to end at smoke size: two arms x two seeds x two iterations."""
 
 import json
+import re
+import shlex
 import shutil
 
 import pytest
 
+from bepo_jax.cli import _run_config, build_parser
 from experiments import claims
 
 
@@ -67,3 +70,13 @@ def test_earlier_results_are_kept_only_when_they_measure_the_same_thing(tmp_path
 def test_claims_refuses_unknown_arms(tmp_path):
     with pytest.raises(SystemExit, match="unknown arm"):
         claims.main(["--experiment", "e1", "--arms", "gated-bepo", "--out", str(tmp_path)])
+
+
+def test_make_train_runs_the_main_job_recipe():
+    """`make train` passes the flags of ``claims.MAIN_JOB`` (the recipe the main_recipe experiment tested)."""
+    makefile = (claims.ROOT / "Makefile").read_text().replace("\\\n", " ")
+    flags = shlex.split(re.search(r"^MAIN_JOB_FLAGS\s*:=(.*)$", makefile, re.M).group(1))
+    args = build_parser().parse_args(["train", *flags])
+    exp = claims.EXPERIMENTS["main_recipe"]
+    want = claims.RunConfig(**exp.base, iterations=exp.iterations, eval_every=exp.eval_every)
+    assert _run_config(args, estimator=args.estimator) == want
