@@ -165,12 +165,12 @@ EXPERIMENTS = {
                         seeds=8, iterations=30, eval_every=10),
     "pool": Experiment("The main job: a fixed pool of 32 levels vs fresh levels", dict(env="sokoban"), POOL_ARMS,
                            "pool_32", seeds=4, iterations=60, eval_every=20),
-    "main_recipe": Experiment("The main job's recipe against the earlier main job, 128 held-out levels", MAIN_JOB,
-                           MAIN_JOB_ARMS, "recipe", seeds=8, iterations=60, eval_every=30),
+    "main_recipe": Experiment("The main job's recipe against the earlier main job, 128 held-out levels",
+                              MAIN_JOB, MAIN_JOB_ARMS, "recipe", seeds=8, iterations=60, eval_every=30),
     "main_recipe_1epoch": Experiment("The main job's recipe with one update per batch, 100 iterations",
-                                  {**MAIN_JOB, "ppo_epochs": 1, "num_minibatches": 1},
-                                  (Arm("recipe_1epoch", "gated_bepo"),), "recipe_1epoch", seeds=8, iterations=100,
-                                  eval_every=50),
+                                     {**MAIN_JOB, "ppo_epochs": 1, "num_minibatches": 1},
+                                     (Arm("recipe_1epoch", "gated_bepo"),), "recipe_1epoch", seeds=8,
+                                     iterations=100, eval_every=50),
 }
 SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
           "pod": dict(groups=128, layers=4, width=256, eval_tasks=128)}
