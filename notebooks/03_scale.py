@@ -21,8 +21,8 @@
 # 1. A batch of many groups sharded over 8 devices (simulated on a CPU runtime; the real
 #    chips on a GPU/TPU runtime with 8 of them): `jit` with a `NamedSharding` and
 #    `shard_map`, same numbers; per-group fixed-point iteration counts.
-# 2. The main job, `bepo-jax train --env sokoban --estimator gated_bepo`, for a few
-#    minutes, and its learning curve.
+# 2. A short training run, `bepo-jax train --env sokoban --estimator gated_bepo` (the
+#    library's default config; `make train` runs a larger recipe), and its learning curve.
 
 # %%
 # Set-up (CPU, GPU or TPU runtime). A local checkout with `make test` already has bepo_jax.
@@ -123,7 +123,7 @@ plt.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# ## A short training run of the main job
+# ## A short training run
 #
 # `bepo_jax.train.train` is what `bepo-jax train` runs: rollouts of a small token policy
 # in JAX Sokoban (K = 8 per level), Gated-BEPO credit, a PPO update — one jitted program
