@@ -201,6 +201,12 @@ def collapsed_seeds(s: dict) -> str:
     return "n/a" if s["collapsed"] is None else f"{s['collapsed']}/{s['seeds']}"
 
 
+def _pending_rows(name: str, d: dict, columns: int) -> list[str]:
+    """One row per arm that the results file ``name``.json lists as pending, ``columns`` cells wide."""
+    return [f"| {label} | not finished (`{name}.json` lists it as pending) |" + " |" * (columns - 2)
+            for label in d["pending"]]
+
+
 def _arms(name: str) -> str:
     """The arms table of one claims.py experiment; arms not finished are listed as such."""
     d = _load(f"{name}.json")
@@ -208,8 +214,7 @@ def _arms(name: str) -> str:
              "collapsed seeds |", "|---|---|---|---|---|---|"]
     for label, s in d["summary"].items():
         lines.append(f"| {label} | {_arm_cells(s)} | {collapsed_seeds(s)} |")
-    for label in d["pending"]:
-        lines.append(f"| {label} | not finished (`{name}.json` lists it as pending) | | | | |")
+    lines += _pending_rows(name, d, 6)
     return "\n".join(lines)
 
 
@@ -291,8 +296,7 @@ def knob_sweep() -> str:
             cells += [_ci(s[key]), "reference" if label == ref else _points(diff) if diff else "n/a",
                       s.get(f"{key}_verdict", "")]
         lines.append(f"| {label} | {lab_cell} | " + " | ".join(cells) + f" | {collapsed_seeds(s)} |")
-    for label in d["pending"]:
-        lines.append(f"| {label} | not finished (`sweep.json` lists it as pending) | | | | | | | |")
+    lines += _pending_rows("sweep", d, 9)
     if len(pairs) >= 3:
         rank = lambda xs: np.argsort(np.argsort(xs))
         rho = np.corrcoef(rank([a for a, _ in pairs]), rank([b for _, b in pairs]))[0, 1]
@@ -311,8 +315,7 @@ def main_job_pool() -> str:
         recipe = ", ".join(f"{k}={v}" for k, v in run.items()) or "the earlier main job's"
         diff = s.get("held_out_after_minus_pool_32")
         lines.append(f"| {label} | {levels}; {recipe} | {_arm_cells(s)} | {_ci(diff) if diff else 'reference'} |")
-    for label in d["pending"]:
-        lines.append(f"| {label} | not finished (`pool.json` lists it as pending) | | | | | |")
+    lines += _pending_rows("pool", d, 7)
     return "\n".join(lines)
 
 
@@ -328,8 +331,7 @@ def main_recipe() -> str:
             ref = "reference" if label == "recipe" else (_ci(diff) if diff else "not paired")
             lines.append(f"| {label} | {name}, {d['config']['iterations']} | {_arm_cells(s)} | {ref} | "
                          f"{collapsed_seeds(s)} |")
-        for label in d["pending"]:
-            lines.append(f"| {label} | not finished (`{name}.json` lists it as pending) | | | | | | |")
+        lines += _pending_rows(name, d, 8)
     return "\n".join(lines)
 
 
