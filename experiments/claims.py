@@ -232,9 +232,21 @@ def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
 
 
 # -- running -------------------------------------------------------------------------
+def base_config(exp: Experiment, scale: dict, iterations: int) -> RunConfig:
+    """An experiment's config before its arms: its base, the scale's fields over it, evaluation every
+    ``exp.eval_every`` iterations (at most ``iterations``) and a checkpoint every 10."""
+    return RunConfig(**{**exp.base, **scale}, iterations=iterations, eval_every=min(exp.eval_every, iterations),
+                     checkpoint_every=min(10, iterations))
+
+
+def arm_config(base: RunConfig, arm: Arm) -> RunConfig:
+    """One arm's config (every seed's, but for ``seed``)."""
+    return base.replace(estimator=arm.estimator, estimator_config=dict(arm.config), **arm.run)
+
+
 def run_arm(exp: Experiment, arm: Arm, base: RunConfig, seeds: int, out: Path, *, progress: bool, mesh=None
             ) -> list[dict]:
-    cfg = base.replace(estimator=arm.estimator, estimator_config=dict(arm.config), **arm.run)
+    cfg = arm_config(base, arm)
     dirs = [out / arm.label / f"seed{s}" for s in range(seeds)]
     todo = [s for s in range(seeds) if not is_finished(dirs[s], cfg.iterations)]
     if todo and not is_host_env(cfg.env):
@@ -391,8 +403,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     iterations = args.iterations or exp.iterations
     scale = dict(SCALES[args.scale])
     scale.update({k: v for k, v in (("groups", args.groups), ("eval_tasks", args.eval_tasks)) if v is not None})
-    base = RunConfig(**{**exp.base, **scale}, iterations=iterations, eval_every=min(exp.eval_every, iterations),
-                     checkpoint_every=min(10, iterations))
+    base = base_config(exp, scale, iterations)
     mesh = None
     if args.distributed:
         from bepo_jax.rl.multihost import initialize

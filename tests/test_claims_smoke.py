@@ -80,3 +80,15 @@ def test_make_train_runs_the_main_job_recipe():
     exp = claims.EXPERIMENTS["main_recipe"]
     want = claims.RunConfig(**exp.base, iterations=exp.iterations, eval_every=exp.eval_every)
     assert _run_config(args, estimator=args.estimator) == want
+
+
+def test_e1_recipe_gated_bepo_is_main_recipe_recipe():
+    """e1_recipe's gated_bepo arm is main_recipe's recipe arm (so copying those run directories reads them
+    instead of training them again): the same config, seed for seed; and an arm that differs is told apart."""
+    def cfg(name, label):
+        exp = claims.EXPERIMENTS[name]
+        arm = next(a for a in exp.arms if a.label == label)
+        return claims.arm_config(claims.base_config(exp, claims.SCALES["cpu"], exp.iterations), arm), exp.seeds
+
+    assert cfg("e1_recipe", "gated_bepo") == cfg("main_recipe", "recipe")
+    assert cfg("e1_recipe", "grpo")[0] != cfg("main_recipe", "recipe")[0]
