@@ -340,7 +340,8 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
           "claims_e1_hard": lambda: _claims("e1_hard"), "arms_e1_hard": lambda: _arms("e1_hard"),
           "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape,
-          "sweep": knob_sweep, "claims_e2": lambda: _claims("e2"), "arms_e2": lambda: _arms("e2")}
+          "sweep": knob_sweep, "claims_e2": lambda: _claims("e2"), "arms_e2": lambda: _arms("e2"),
+          "claims_e1_recipe": lambda: _claims("e1_recipe"), "arms_e1_recipe": lambda: _arms("e1_recipe")}
 
 
 def render(text: str) -> str:
