@@ -207,6 +207,15 @@ def verdict(mh: tuple[float, float]) -> str:
     return "not separated" if abs(m) <= h else ("higher" if m > 0 else "lower")
 
 
+def paired_by_eval(seeds: list[dict], ref: list[dict], col: int) -> list[list]:
+    """``[iteration, mean, half-width]`` of the paired per-seed difference at every evaluation both
+    arms recorded (``col`` 2: held-out success, 3: training tasks; the columns of ``seed_numbers``'s
+    curve). Iteration 0 is the shared initial policy, so its difference is 0 where arms are paired."""
+    by_it = lambda x: {int(c[0]): c[col] for c in x["curve"]}
+    its = sorted(set.intersection(*(set(by_it(x)) for x in seeds + ref)))
+    return [[it, *mean_ci([by_it(a)[it] - by_it(b)[it] for a, b in zip(seeds, ref)])] for it in its]
+
+
 def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
     """Per arm: means +- 95% t over seeds, paired differences from ``reference`` (same
     seeds), and how many seeds collapsed (one action above ``COLLAPSE`` of the sampled
@@ -223,6 +232,8 @@ def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
                 d = mean_ci([seeds[i][k] - ref[i][k] for i in range(n)])
                 s[f"{k}_minus_{reference}"] = d
                 s[f"{k}_verdict"] = verdict(d)
+            for k, col in (("held_out", 2), ("train", 3)):
+                s[f"{k}_minus_{reference}_by_eval"] = paired_by_eval(seeds[:n], ref[:n], col)
         # host environments (TextWorld) record no action shares: collapse is not measured there
         s["collapsed"] = (sum(max(x["top_action_share"], default=0.0) > COLLAPSE for x in seeds)
                           if any(x["top_action_share"] for x in seeds) else None)
@@ -317,6 +328,24 @@ def earlier_arms(path: Path, exp: Experiment, base: RunConfig, seeds: int, scale
             if a.label in info.get("per_seed", {}) and recorded.get(a.label) == same(arm_record(a))}
 
 
+def by_eval_lines(summary: dict, ref: str) -> list[str]:
+    """The report's second table: every arm's paired difference from ``ref`` at every evaluation
+    (held-out, then training tasks; points), so a claim read at the end can be seen along the run."""
+    key = lambda k: f"{k}_minus_{ref}_by_eval"
+    rows = {label: s for label, s in summary.items() if key("held_out") in s}
+    if not rows:
+        return []
+    its = [it for it, *_ in next(iter(rows.values()))[key("held_out")]]
+    head = " | ".join(f"{what} at {it}" for what in ("held-out", "training") for it in its)
+    lines = ["", f"Paired difference from {ref} at every evaluation (points, mean +- 95% t over seeds; the "
+             f"table above reads the last one):", "", f"| arm | {head} |", "|---|" + "---|" * (2 * len(its))]
+    for label, s in rows.items():
+        cells = [f"{100 * m:+.1f}" + ("" if np.isnan(h) else f" +- {100 * h:.1f}")
+                 for k in ("held_out", "train") for _, m, h in s[key(k)]]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pending: list[str], wall: float,
           results: Path, *, earlier: tuple = ()) -> str:
     from experiments.bench_advantages import machine
@@ -365,6 +394,7 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
                      f"{diff('train_after')} | {collapsed_seeds(s)} |")
     for label in pending:
         lines.append(f"| {label} | {arm_of[label].estimator} | not run yet | | | | | | |")
+    lines += by_eval_lines(summary, ref)
     if per_arm:
         plot(exp, per_arm, results / f"{name}.png")
         lines += ["", f"![{exp.title}]({name}.png)"]

@@ -27,6 +27,13 @@ def test_claims_smoke_writes_results_and_resumes(tmp_path):
     ps = info["per_seed"]
     d = [a["held_out_after"] - b["held_out_after"] for a, b in zip(ps["grpo"], ps["gated_bepo"])]
     assert s["held_out_after_minus_gated_bepo"][0] == pytest.approx(sum(d) / 2)
+    # ... at every evaluation: 0 at iteration 0 (the arms share each seed's initial policy and tasks),
+    # the last one equal to the final difference, and the report's second table shows them
+    by_eval = s["held_out_minus_gated_bepo_by_eval"]
+    assert [it for it, *_ in by_eval] == [0, 2] and by_eval[0][1:] == [0.0, 0.0]
+    assert by_eval[-1][1:] == pytest.approx(list(s["held_out_after_minus_gated_bepo"]))
+    assert [it for it, *_ in s["train_minus_gated_bepo_by_eval"]] == [0, 2]
+    assert "gated_bepo_by_eval" not in str(summary["gated_bepo"])
     # per iteration: the sampled actions' entropy and top share; collapsed = seeds above 90% somewhere
     for x in ps["grpo"]:
         assert len(x["action_entropy"]) == len(x["top_action_share"]) == 2
@@ -34,6 +41,8 @@ def test_claims_smoke_writes_results_and_resumes(tmp_path):
     assert s["collapsed"] == sum(max(x["top_action_share"]) > 0.9 for x in ps["grpo"])
     md = (tmp_path / "res" / "e1.md").read_text()
     assert "| grpo | grpo |" in md and "| gated_bepo | gated_bepo |" in md and "reference" in md
+    m, h = by_eval[-1][1:]
+    assert f"| grpo | +0.0 +- 0.0 | {100 * m:+.1f}" + ("" if h != h else f" +- {100 * h:.1f}") in md
     assert (tmp_path / "res" / "e1.png").stat().st_size > 0
     # finished runs are read, not re-run
     metrics = tmp_path / "runs" / "e1" / "grpo" / "seed0" / "metrics.jsonl"
