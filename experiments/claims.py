@@ -76,7 +76,7 @@ from bepo_jax.envs.sokoban import SokobanConfig, SokobanEnv  # noqa: E402
 from bepo_jax.train import RunConfig, mean_ci, read_metrics, train, train_seeds  # noqa: E402
 from bepo_jax.train.rundir import is_finished  # noqa: E402
 from experiments.learning_rate import COLLAPSE, action_curves  # noqa: E402
-from experiments.readme_tables import collapsed_seeds  # noqa: E402
+from experiments.readme_tables import collapsed_seeds, points  # noqa: E402
 
 
 def sokoban_hard(cfg: RunConfig) -> SokobanEnv:
@@ -340,8 +340,7 @@ def by_eval_lines(summary: dict, ref: str) -> list[str]:
     lines = ["", f"Paired difference from {ref} at every evaluation (points, mean +- 95% t over seeds; the "
              f"table above reads the last one):", "", f"| arm | {head} |", "|---|" + "---|" * (2 * len(its))]
     for label, s in rows.items():
-        cells = [f"{100 * m:+.1f}" + ("" if np.isnan(h) else f" +- {100 * h:.1f}")
-                 for k in ("held_out", "train") for _, m, h in s[key(k)]]
+        cells = [points(mh) for k in ("held_out", "train") for _, *mh in s[key(k)]]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 

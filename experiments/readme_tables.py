@@ -160,9 +160,9 @@ def _paired(xs: list[dict], ys: list[dict], key: str) -> tuple[float, float]:
     return mean_ci([x[key] - y[key] for x, y in zip(xs, ys)])
 
 
-def _points(mh) -> str:
-    """A (mean, half-width) of success differences in percentage points."""
-    return f"{100 * mh[0]:+.1f} +- {100 * mh[1]:.1f}"
+def points(mh) -> str:
+    """A (mean, half-width) of success differences in percentage points (one seed: the mean alone)."""
+    return f"{100 * mh[0]:+.1f}" + ("" if np.isnan(mh[1]) else f" +- {100 * mh[1]:.1f}")
 
 
 def _verdict(mh) -> str:
@@ -184,7 +184,7 @@ def _claims(name: str) -> str:
             lines.append(f"| {claim} ({a} - {b}) | {paper} | not run yet | | | |")
             continue
         held, train = (_paired(ps[a], ps[b], k) for k in ("held_out_after", "train_after"))
-        lines.append(f"| {claim} ({a} - {b}) | {paper} | {_points(held)} | {_verdict(held)} | {_points(train)} | "
+        lines.append(f"| {claim} ({a} - {b}) | {paper} | {points(held)} | {_verdict(held)} | {points(train)} | "
                      f"{_verdict(train)} |")
     return "\n".join(lines)
 
@@ -229,7 +229,7 @@ def start_effect(name: str, base: str) -> str:
              "held-out minus the default start (points) | collapsed seeds | action entropy at the end, min to max "
              "over seeds (nats) |", "|---|---|---|---|---|---|---|---|---|"]
     for label in (x for x in d["summary"] if x in b["per_seed"]):
-        diff = _points(_paired(d["per_seed"][label], b["per_seed"][label], "held_out_after"))
+        diff = points(_paired(d["per_seed"][label], b["per_seed"][label], "held_out_after"))
         for which, src, shown in (("default", b, ""), ("near-uniform", d, diff)):
             sm, ends = src["summary"][label], [abs(x["action_entropy"][-1]) for x in src["per_seed"][label]]
             lines.append(f"| {label} | {which} | {_arm_cells(sm)} | {shown} | "
@@ -241,7 +241,7 @@ def start_effect(name: str, base: str) -> str:
                   "|---|---|---|"]
         for o in others:
             for key, what in (("held_out_after", "held-out"), ("train_after", "training tasks")):
-                cells = [_points(_paired(src["per_seed"][ref], src["per_seed"][o], key)) for src in (b, d)]
+                cells = [points(_paired(src["per_seed"][ref], src["per_seed"][o], key)) for src in (b, d)]
                 lines.append(f"| {what}, {ref} - {o} | {cells[0]} | {cells[1]} |")
     if d["pending"]:
         lines += ["", f"Not run from the near-uniform start (`{name}.json` lists them as pending): "
@@ -293,7 +293,7 @@ def knob_sweep() -> str:
         cells = []
         for key in ("held_out_after", "train_after"):
             diff = s.get(f"{key}_minus_{ref}")  # claims.summarize: paired per seed, with its verdict
-            cells += [_ci(s[key]), "reference" if label == ref else _points(diff) if diff else "n/a",
+            cells += [_ci(s[key]), "reference" if label == ref else points(diff) if diff else "n/a",
                       s.get(f"{key}_verdict", "")]
         lines.append(f"| {label} | {lab_cell} | " + " | ".join(cells) + f" | {collapsed_seeds(s)} |")
     lines += _pending_rows("sweep", d, 9)
