@@ -91,7 +91,7 @@ def test_make_train_runs_the_main_job_recipe():
     assert _run_config(args, estimator=args.estimator) == want
 
 
-def test_e1_recipe_gated_bepo_is_main_recipe_recipe():
+def test_recipe_arms_are_shared_across_experiments():
     """e1_recipe's gated_bepo arm is main_recipe's recipe arm (so copying those run directories reads them
     instead of training them again): the same config, seed for seed; and an arm that differs is told apart."""
     def cfg(name, label):
@@ -101,3 +101,10 @@ def test_e1_recipe_gated_bepo_is_main_recipe_recipe():
 
     assert cfg("e1_recipe", "gated_bepo") == cfg("main_recipe", "recipe")
     assert cfg("e1_recipe", "grpo")[0] != cfg("main_recipe", "recipe")[0]
+    # recipe_ablation's recipe arms are e1_recipe's; each revert changes only its own fields
+    for label in ("grpo", "gated_bepo"):
+        assert cfg("recipe_ablation", label) == cfg("e1_recipe", label)
+        for name, run in claims.RECIPE_REVERTS.items():
+            reverted, recipe = cfg("recipe_ablation", f"{label}_{name}")[0], cfg("e1_recipe", label)[0]
+            changed = {k for k, v in reverted.to_dict().items() if recipe.to_dict()[k] != v}
+            assert changed == set(run) and reverted == recipe.replace(**run)
