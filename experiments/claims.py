@@ -159,8 +159,28 @@ class Experiment:
     seeds: int
     iterations: int
     eval_every: int
+    contrasts: tuple = ()  # Contrast, reported in the third table when all its arms are known
 
 
+@dataclasses.dataclass(frozen=True)
+class Contrast:
+    """A paired per-seed combination of arms: per seed, the sum over ``terms`` of weight x the arm's
+    number (``a - b`` is ``((a, 1), (b, -1))``), then its mean +- 95% t over seeds."""
+
+    name: str
+    terms: tuple  # ((arm label, weight), ...)
+
+    @classmethod
+    def minus(cls, a: str, b: str) -> "Contrast":
+        return cls(f"{a} - {b}", ((a, 1.0), (b, -1.0)))
+
+
+# recipe_ablation's contrasts: the gap Gated-BEPO - GRPO at the recipe and under each revert, and each revert's
+# change of that gap, ((gated_bepo_X - grpo_X) - (gated_bepo - grpo)) per seed
+RECIPE_GAPS = (Contrast.minus("gated_bepo", "grpo"),
+               *(Contrast.minus(f"gated_bepo_{name}", f"grpo_{name}") for name in RECIPE_REVERTS),
+               *(Contrast(f"gap change, {name}", ((f"gated_bepo_{name}", 1.0), (f"grpo_{name}", -1.0),
+                                                   ("gated_bepo", -1.0), ("grpo", 1.0))) for name in RECIPE_REVERTS))
 HARD = dict(env="experiments.claims:sokoban_hard", boxes=2)  # E1-hard's room, shared by its variants
 EXPERIMENTS = {
     "e1": Experiment("E1 Sokoban 6x6, 1-2 boxes", dict(env="sokoban", boxes=2), ESTIMATOR_ARMS, "gated_bepo",
@@ -185,10 +205,12 @@ EXPERIMENTS = {
     # seeds as main_recipe's ``recipe`` arm: copying runs/claims/main_recipe/recipe to
     # runs/claims/e1_recipe/gated_bepo reads those runs instead of training them again.
     "e1_recipe": Experiment("E1 at the main job's recipe (fresh 6x6 levels, 2-layer policy, 4x4 updates)",
-                            MAIN_JOB, ESTIMATOR_ARMS, "gated_bepo", seeds=8, iterations=60, eval_every=30),
+                            MAIN_JOB, ESTIMATOR_ARMS, "gated_bepo", seeds=8, iterations=60, eval_every=30,
+                            contrasts=tuple(Contrast.minus(a.label, "grpo") for a in ESTIMATOR_ARMS
+                                            if a.label != "grpo")),
     "recipe_ablation": Experiment("The main job's recipe with one change reverted at a time: GRPO and Gated-BEPO",
                                   MAIN_JOB, RECIPE_ABLATION_ARMS, "gated_bepo", seeds=8, iterations=60,
-                                  eval_every=30),
+                                  eval_every=30, contrasts=RECIPE_GAPS),
     "main_recipe_1epoch": Experiment("The main job's recipe with one update per batch, 100 iterations",
                                      {**MAIN_JOB, "ppo_epochs": 1, "num_minibatches": 1},
                                      (Arm("recipe_1epoch", "gated_bepo"),), "recipe_1epoch", seeds=8,
@@ -221,13 +243,40 @@ def verdict(mh: tuple[float, float]) -> str:
     return "not separated" if abs(m) <= h else ("higher" if m > 0 else "lower")
 
 
-def paired_by_eval(seeds: list[dict], ref: list[dict], col: int) -> list[list]:
-    """``[iteration, mean, half-width]`` of the paired per-seed difference at every evaluation both
-    arms recorded (``col`` 2: held-out success, 3: training tasks; the columns of ``seed_numbers``'s
-    curve). Iteration 0 is the shared initial policy, so its difference is 0 where arms are paired."""
+def combined(terms: list[tuple[list[dict], float]], value) -> list[float]:
+    """Per seed, ``sum_i w_i value(x_i)`` over the ``terms`` (an arm's per-seed numbers, its weight), seed by
+    seed over the seeds every term has (arms share each seed's tasks, so this is paired)."""
+    n = min(len(seeds) for seeds, _ in terms)
+    return [sum(w * value(seeds[i]) for seeds, w in terms) for i in range(n)]
+
+
+def paired_by_eval(terms: list[tuple[list[dict], float]], col: int) -> list[list]:
+    """``[iteration, mean, half-width]`` of the paired per-seed combination (``combined``) at every evaluation
+    all arms recorded (``col`` 2: held-out success, 3: training tasks; the columns of ``seed_numbers``'s
+    curve). Iteration 0 is the shared initial policy, so a difference is 0 there where arms are paired."""
     by_it = lambda x: {int(c[0]): c[col] for c in x["curve"]}
-    its = sorted(set.intersection(*(set(by_it(x)) for x in seeds + ref)))
-    return [[it, *mean_ci([by_it(a)[it] - by_it(b)[it] for a, b in zip(seeds, ref)])] for it in its]
+    its = sorted(set.intersection(*(set(by_it(x)) for seeds, _ in terms for x in seeds)))
+    return [[it, *mean_ci(combined(terms, lambda x: by_it(x)[it]))] for it in its]
+
+
+def contrast_summary(per_arm: dict[str, list[dict]], contrasts: tuple) -> dict:
+    """Each contrast whose arms are all known: held-out and training-task success after training and
+    at every evaluation, mean +- 95% t over seeds with a verdict, and the seeds where it is above 0."""
+    out = {}
+    for c in contrasts:
+        if any(label not in per_arm for label, _ in c.terms):
+            continue
+        terms = [(per_arm[label], w) for label, w in c.terms]
+        s = dict(terms=[list(t) for t in c.terms])
+        for k, col in (("held_out", 2), ("train", 3)):
+            xs = combined(terms, lambda x: x[f"{k}_after"])
+            s[k] = mean_ci(xs)
+            s[f"{k}_verdict"] = verdict(s[k])
+            s[f"{k}_seeds_above_0"] = int(sum(x > 0 for x in xs))
+            s[f"{k}_by_eval"] = paired_by_eval(terms, col)
+        s["seeds"] = len(xs)
+        out[c.name] = s
+    return out
 
 
 def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
@@ -241,13 +290,13 @@ def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
         s["held_out_change"] = mean_ci([x["held_out_after"] - x["held_out_before"] for x in seeds])
         s["train_change"] = mean_ci([x["train_after"] - x["train_before"] for x in seeds])
         if ref is not None and label != reference:
-            n = min(len(ref), len(seeds))
+            terms = [(seeds, 1.0), (ref, -1.0)]
             for k in ("held_out_after", "train_after"):
-                d = mean_ci([seeds[i][k] - ref[i][k] for i in range(n)])
+                d = mean_ci(combined(terms, lambda x: x[k]))
                 s[f"{k}_minus_{reference}"] = d
                 s[f"{k}_verdict"] = verdict(d)
             for k, col in (("held_out", 2), ("train", 3)):
-                s[f"{k}_minus_{reference}_by_eval"] = paired_by_eval(seeds[:n], ref[:n], col)
+                s[f"{k}_minus_{reference}_by_eval"] = paired_by_eval(terms, col)
         # host environments (TextWorld) record no action shares: collapse is not measured there
         s["collapsed"] = (sum(max(x["top_action_share"], default=0.0) > COLLAPSE for x in seeds)
                           if any(x["top_action_share"] for x in seeds) else None)
@@ -359,11 +408,32 @@ def by_eval_lines(summary: dict, ref: str) -> list[str]:
     return lines
 
 
+def contrast_lines(contrasts: dict, waiting: list[str]) -> list[str]:
+    """The report's third table: each contrast (``contrast_summary``) at the end, with its verdict and the
+    seeds above 0, and held-out at every evaluation; then the contrasts whose arms are not all run yet."""
+    if not contrasts and not waiting:
+        return []
+    its = [it for it, *_ in next(iter(contrasts.values()))["held_out_by_eval"]] if contrasts else []
+    lines = ["", "Contrasts, paired per seed (points, mean +- 95% t over seeds; 'seeds > 0': seeds where the "
+             "contrast is above 0):", "", "| contrast | held-out after | verdict | seeds > 0 | training tasks after | "
+             "verdict | seeds > 0 | " + " | ".join(f"held-out at {it}" for it in its) + " |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(its)]
+    for name, s in contrasts.items():
+        cells = [f"{points(s[k])} | {s[k + '_verdict']} | {s[k + '_seeds_above_0']}/{s['seeds']}"
+                 for k in ("held_out", "train")]
+        lines.append(f"| {name} | " + " | ".join(cells) + " | "
+                     + " | ".join(points(mh) for _, *mh in s["held_out_by_eval"]) + " |")
+    if waiting:
+        lines += ["", f"Contrasts waiting for arms not run yet: {'; '.join(waiting)}."]
+    return lines
+
+
 def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pending: list[str], wall: float,
           results: Path, *, earlier: tuple = ()) -> str:
     from experiments.bench_advantages import machine
 
     summary = summarize(per_arm, exp.reference)
+    contrasts = contrast_summary(per_arm, exp.contrasts)
     # the seeds of an arm run as one program (each seed's rows carry that program's iteration
     # time), except in host environments, where they run one after another
     train_s = sum(sum(x["iteration_seconds"] for x in seeds) if is_host_env(base.env) else seeds[0]["iteration_seconds"]
@@ -375,7 +445,7 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
                 config=base.to_dict(), seeds=args.seeds, reference=exp.reference, wall_s=wall,
                 iteration_seconds=train_s, pending=pending,
                 arms={a.label: arm_record(a) for a in exp.arms}, read_from_earlier_results=list(earlier),
-                summary=summary, per_seed=per_arm)
+                summary=summary, contrasts=contrasts, per_seed=per_arm)
     (results / f"{name}.json").write_text(json.dumps(info, indent=2))
     ref = exp.reference
     runs_cmd = " ".join(w for w in cmd.split() if w not in ("--report-only", "--quiet"))
@@ -408,6 +478,7 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
     for label in pending:
         lines.append(f"| {label} | {arm_of[label].estimator} | not run yet | | | | | | |")
     lines += by_eval_lines(summary, ref)
+    lines += contrast_lines(contrasts, [c.name for c in exp.contrasts if c.name not in contrasts])
     if per_arm:
         plot(exp, per_arm, results / f"{name}.png")
         lines += ["", f"![{exp.title}]({name}.png)"]

@@ -5,10 +5,11 @@ import re
 import shlex
 import shutil
 
+import numpy as np
 import pytest
 
 from bepo_jax.cli import _run_config, build_parser
-from experiments import claims
+from experiments import claims, readme_tables
 
 
 def test_claims_smoke_writes_results_and_resumes(tmp_path):
@@ -74,6 +75,40 @@ def test_earlier_results_are_kept_only_when_they_measure_the_same_thing(tmp_path
     path.write_text(json.dumps(info))
     assert list(claims.earlier_arms(path, exp, base, 2, "cpu")) == ["gated_bepo"]
     assert claims.earlier_arms(tmp_path / "missing.json", exp, base, 2, "cpu") == {}
+
+
+def test_contrasts_combine_arms_seed_by_seed():
+    """A contrast is the per-seed weighted sum of its arms (recipe_ablation's gap change: a difference of two
+    paired differences), at the end and at every evaluation; a contrast with an arm not run is left out."""
+    rng = np.random.default_rng(0)
+
+    def arm(shift):
+        out = []
+        for _ in range(5):
+            a, b = rng.uniform(0, 1, 2)
+            out.append(dict(held_out_before=0.3, train_before=0.3, held_out_after=a + shift, train_after=b,
+                            curve=[[0, 0.0, 0.3, 0.3], [6, 9.0, a + shift, b]], top_action_share=[0.5]))
+        return out
+
+    per_arm = {label: arm(i / 10) for i, label in enumerate(
+        ("grpo", "gated_bepo", "grpo_groups_8", "gated_bepo_groups_8"))}
+    out = claims.contrast_summary(per_arm, claims.RECIPE_GAPS)
+    assert set(out) == {"gated_bepo - grpo", "gated_bepo_groups_8 - grpo_groups_8", "gap change, groups_8"}
+    v = lambda label, k="held_out_after": np.array([x[k] for x in per_arm[label]])
+    gap = v("gated_bepo_groups_8") - v("grpo_groups_8") - (v("gated_bepo") - v("grpo"))
+    c = out["gap change, groups_8"]
+    assert c["held_out"] == pytest.approx(claims.mean_ci(gap)) and c["seeds"] == 5
+    assert c["held_out_seeds_above_0"] == int((gap > 0).sum())
+    assert c["held_out_verdict"] == claims.verdict(c["held_out"])
+    assert c["held_out_by_eval"][0][1:] == [0.0, 0.0] and c["held_out_by_eval"][-1][1:] == pytest.approx(c["held_out"])
+    tgap = v("gated_bepo", "train_after") - v("grpo", "train_after")
+    assert out["gated_bepo - grpo"]["train"] == pytest.approx(claims.mean_ci(tgap))
+    # the same pairing as the main table's difference from the reference
+    ref = claims.summarize(per_arm, "gated_bepo")["grpo"]["held_out_after_minus_gated_bepo"]
+    assert out["gated_bepo - grpo"]["held_out"] == pytest.approx((-ref[0], ref[1]))
+    lines = claims.contrast_lines(out, ["gap change, pool_32"])
+    assert any(line.startswith("| gap change, groups_8 | " + readme_tables.points(c["held_out"])) for line in lines)
+    assert lines[-1] == "Contrasts waiting for arms not run yet: gap change, pool_32."
 
 
 def test_claims_refuses_unknown_arms(tmp_path):
