@@ -24,6 +24,9 @@ Experiments (``--experiment``):
                ``main_recipe_1epoch`` the recipe with one update per batch (100 iterations).
 * ``e1_recipe`` E1's nine arms at the main job's recipe (8 seeds, 60 iterations, 128 held-out
                levels per seed): the comparison where the policy learns.
+* ``recipe_ablation`` GRPO and Gated-BEPO at the recipe and under each of its changes from the
+               earlier main job reverted alone (a fixed pool of 32 levels, 8 groups, the small
+               policy, the LeCun head): which change lets step credit separate from outcome credit.
 
 Arms of e1/e1_hard/e2 (label: estimator and config): every estimator of the registry
 (grpo, gigpo, graphgpo, gagpo, hgpo, gated_bepo) and the ablation ladder the paper climbs
@@ -38,7 +41,9 @@ and held-out tasks depend only on its seed), so differences between arms are pai
 seed. Reported per arm: held-out success (the headline) and training-task success at the
 end, the paired change from the start, and the paired difference from the reference arm
 (gated_bepo, or the default in a sweep) -- each a mean over seeds +- the 95% Student-t
-half-width over seeds -- and success against environment steps as a plot. Results:
+half-width over seeds -- and success against environment steps as a plot; an experiment's
+contrasts (``Contrast``: each arm minus GRPO in e1_recipe, the gap per setting and its change
+in recipe_ablation) are paired per-seed combinations of arms, in the report's third table. Results:
 ``experiments/results/<experiment>.{json,md,png}``, rewritten after every arm: the report
 holds every arm known -- run now, finished under ``--out``, or read from the results file's
 earlier version when that was written for the same config, seeds and scale (``runs/`` is not
@@ -369,6 +374,12 @@ def plot(exp: Experiment, per_arm: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def arm_text(a: Arm) -> str:
+    """An arm's estimator and the fields it sets, as the report's second column shows them."""
+    fields = {**a.config, **a.run}
+    return a.estimator + (f" ({', '.join(f'{k}={v}' for k, v in fields.items())})" if fields else "")
+
+
 def arm_record(a: Arm) -> dict:
     """An arm's definition as its results file records it."""
     return dict(estimator=a.estimator, config=a.config, run=a.run)
@@ -467,16 +478,14 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
              f"after | change from start | minus {ref} | collapsed seeds |", "|---|---|---|---|---|---|---|---|---|"]
     arm_of = {a.label: a for a in exp.arms}
     for label, s in summary.items():
-        a = arm_of[label]
-        fields = {**a.config, **a.run}
-        est = a.estimator + (f" ({', '.join(f'{k}={v}' for k, v in fields.items())})" if fields else "")
+        est = arm_text(arm_of[label])
         diff = lambda k: ("reference" if label == ref else f"{fmt(s[k + '_minus_' + ref])} ({s[k + '_verdict']})"
                           if k + "_minus_" + ref in s else f"n/a ({ref} not run yet)")
         lines.append(f"| {label} | {est} | {fmt(s['held_out_after'])} | {fmt(s['held_out_change'])} | "
                      f"{diff('held_out_after')} | {fmt(s['train_after'])} | {fmt(s['train_change'])} | "
                      f"{diff('train_after')} | {collapsed_seeds(s)} |")
     for label in pending:
-        lines.append(f"| {label} | {arm_of[label].estimator} | not run yet | | | | | | |")
+        lines.append(f"| {label} | {arm_text(arm_of[label])} | not run yet | | | | | | |")
     lines += by_eval_lines(summary, ref)
     lines += contrast_lines(contrasts, [c.name for c in exp.contrasts if c.name not in contrasts])
     if per_arm:

@@ -335,13 +335,42 @@ def main_recipe() -> str:
     return "\n".join(lines)
 
 
+def recipe_ablation() -> str:
+    """``claims.py --experiment recipe_ablation``: GRPO and Gated-BEPO at the main job's recipe and under
+    each change reverted alone; per setting their held-out success, the gap between them (paired per seed)
+    and that gap's change from the recipe's (claims.py's contrasts), then the training-task gap."""
+    d = _load("recipe_ablation.json")
+    cs, ss = d["contrasts"], d["summary"]
+    settings = ["recipe"] + [label[len("grpo_"):] for label in d["arms"] if label.startswith("grpo_")]
+    lines = ["| setting | reverted to | GRPO held-out after | Gated-BEPO held-out after | gap: Gated-BEPO - GRPO, "
+             "held-out (points) | verdict | seeds > 0 | gap's change from the recipe's (points) | verdict | gap, "
+             "training tasks (points) | verdict | collapsed seeds (GRPO, Gated-BEPO) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name in settings:
+        g, b = ("grpo", "gated_bepo") if name == "recipe" else (f"grpo_{name}", f"gated_bepo_{name}")
+        run = d["arms"][g]["run"]
+        what = ", ".join(f"{k}={v}" for k, v in run.items()) or "nothing (the recipe)"
+        gap, change = cs.get(f"{b} - {g}"), cs.get(f"gap change, {name}")
+        if g not in ss or b not in ss:
+            lines.append(f"| {name} | {what} | {_ci(ss[g]['held_out_after']) if g in ss else 'not run yet'} | "
+                         f"{_ci(ss[b]['held_out_after']) if b in ss else 'not run yet'} |" + " |" * 8)
+            continue
+        change_cells = "reference | " if name == "recipe" else f"{points(change['held_out'])} | {change['held_out_verdict']}"
+        lines.append(f"| {name} | {what} | {_ci(ss[g]['held_out_after'])} | {_ci(ss[b]['held_out_after'])} | "
+                     f"{points(gap['held_out'])} | {gap['held_out_verdict']} | {gap['held_out_seeds_above_0']}/"
+                     f"{gap['seeds']} | {change_cells} | {points(gap['train'])} | {gap['train_verdict']} | "
+                     f"{collapsed_seeds(ss[g])}, {collapsed_seeds(ss[b])} |")
+    return "\n".join(lines)
+
+
 TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": compare_sokoban,
           "env_loop": env_loop, "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
           "claims_e1_hard": lambda: _claims("e1_hard"), "arms_e1_hard": lambda: _arms("e1_hard"),
           "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape,
           "sweep": knob_sweep, "claims_e2": lambda: _claims("e2"), "arms_e2": lambda: _arms("e2"),
-          "claims_e1_recipe": lambda: _claims("e1_recipe"), "arms_e1_recipe": lambda: _arms("e1_recipe")}
+          "claims_e1_recipe": lambda: _claims("e1_recipe"), "arms_e1_recipe": lambda: _arms("e1_recipe"),
+          "recipe_ablation": recipe_ablation}
 
 
 def render(text: str) -> str:
