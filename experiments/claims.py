@@ -166,6 +166,14 @@ class Experiment:
     eval_every: int
     contrasts: tuple = ()  # Contrast, reported in the third table when all its arms are known
 
+    def __post_init__(self):
+        labels = {a.label for a in self.arms}
+        for c in self.contrasts:
+            unknown = [label for label, _ in c.terms if label not in labels]
+            if unknown:
+                raise ValueError(f"Experiment {self.title!r}: contrast {c.name!r} names arm(s) {unknown} that are "
+                                 f"not among its arms ({', '.join(sorted(labels))}); fix the contrast's terms.")
+
 
 @dataclasses.dataclass(frozen=True)
 class Contrast:

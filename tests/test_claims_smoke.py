@@ -109,6 +109,10 @@ def test_contrasts_combine_arms_seed_by_seed():
     lines = claims.contrast_lines(out, ["gap change, pool_32"])
     assert any(line.startswith("| gap change, groups_8 | " + readme_tables.points(c["held_out"])) for line in lines)
     assert lines[-1] == "Contrasts waiting for arms not run yet: gap change, pool_32."
+    # a contrast naming an arm the experiment does not have is refused where it is defined
+    with pytest.raises(ValueError, match="gated-bepo"):
+        claims.Experiment("x", {}, claims.ESTIMATOR_ARMS, "gated_bepo", seeds=2, iterations=2, eval_every=2,
+                          contrasts=(claims.Contrast.minus("gated-bepo", "grpo"),))
 
 
 def test_claims_refuses_unknown_arms(tmp_path):
