@@ -12,6 +12,9 @@ Experiments (``--experiment``):
                The update runs over 64 x 8 sequences of 653 tokens; scoring from the
                prompt (``TrainConfig.score_from``) brought an iteration on 2 cores from
                ~65-75 s to ~7 s (mostly the rollout): ~15 min per arm of 5 seeds.
+* ``e2_confirm`` E2's two claims whose intervals excluded 0 (Gated-BEPO - HGPO held-out,
+               GraphGPO - GiGPO on training games), tested again on fresh seeds 5-9 (new
+               games, new initial policies) with the four arms they need.
 * ``sweep``    Gated-BEPO's knobs on E1: lam, eta_gated, w and history at the settings
                the credit lab ranks best and worst (``experiments/credit_lab.py``).
 * ``pool``     the earlier main job (Gated-BEPO, 60 iterations, a 1-layer width-64 policy)
@@ -165,14 +168,21 @@ class Experiment:
     iterations: int
     eval_every: int
     contrasts: tuple = ()  # Contrast, reported in the third table when all its arms are known
+    first_seed: int = 0  # an arm's seeds are first_seed, ..., first_seed + seeds - 1 (fresh seeds: a later start)
 
     def __post_init__(self):
+        if self.first_seed < 0:
+            raise ValueError(f"Experiment {self.title!r}: first_seed={self.first_seed} must be >= 0.")
         labels = {a.label for a in self.arms}
         for c in self.contrasts:
             unknown = [label for label, _ in c.terms if label not in labels]
             if unknown:
                 raise ValueError(f"Experiment {self.title!r}: contrast {c.name!r} names arm(s) {unknown} that are "
                                  f"not among its arms ({', '.join(sorted(labels))}); fix the contrast's terms.")
+
+    def seed_ids(self, seeds: int) -> range:
+        """The seed numbers of an arm with ``seeds`` seeds (its run directories are ``seed<number>``)."""
+        return range(self.first_seed, self.first_seed + seeds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,6 +205,8 @@ RECIPE_GAPS = (Contrast.minus("gated_bepo", "grpo"),
                *(Contrast(f"gap change, {name}", ((f"gated_bepo_{name}", 1.0), (f"grpo_{name}", -1.0),
                                                    ("gated_bepo", -1.0), ("grpo", 1.0))) for name in RECIPE_REVERTS))
 HARD = dict(env="experiments.claims:sokoban_hard", boxes=2)  # E1-hard's room, shared by its variants
+E2 = dict(env="textworld", rooms=3, quest_length=2)  # E2's games, shared with its confirmation on fresh seeds
+E2_CONFIRMED = (Contrast.minus("gated_bepo", "hgpo"), Contrast.minus("graphgpo", "gigpo"))
 EXPERIMENTS = {
     "e1": Experiment("E1 Sokoban 6x6, 1-2 boxes", dict(env="sokoban", boxes=2), ESTIMATOR_ARMS, "gated_bepo",
                      seeds=8, iterations=30, eval_every=10),
@@ -205,8 +217,15 @@ EXPERIMENTS = {
     "e1_hard_uniform": Experiment("E1-hard from a near-uniform initial policy (head_init_scale 0.01)",
                                   {**HARD, "head_init_scale": 0.01}, ESTIMATOR_ARMS, "gated_bepo",
                                   seeds=8, iterations=30, eval_every=10),
-    "e2": Experiment("E2 TextWorld, 3 rooms, 2-step quest", dict(env="textworld", rooms=3, quest_length=2),
-                     ESTIMATOR_ARMS, "gated_bepo", seeds=5, iterations=20, eval_every=10),
+    "e2": Experiment("E2 TextWorld, 3 rooms, 2-step quest", E2, ESTIMATOR_ARMS, "gated_bepo", seeds=5,
+                     iterations=20, eval_every=10),
+    # E2's two claims whose intervals excluded 0 (of sixteen), tested again on five fresh seeds (new games, new
+    # initial policies): a test chosen after seeing E2's numbers needs seeds E2 did not use
+    "e2_confirm": Experiment("E2 on fresh seeds 5-9: the two E2 claims whose intervals excluded 0",
+                             E2, tuple(a for a in ESTIMATOR_ARMS if a.label in ("gigpo", "graphgpo", "hgpo",
+                                                                                 "gated_bepo")),
+                             "gated_bepo", seeds=5, iterations=20, eval_every=10, first_seed=5,
+                             contrasts=E2_CONFIRMED),
     "sweep": Experiment("Gated-BEPO's knobs on E1", dict(env="sokoban", boxes=2), SWEEP_ARMS, "default",
                         seeds=8, iterations=30, eval_every=10),
     "pool": Experiment("The main job: a fixed pool of 32 levels vs fresh levels", dict(env="sokoban"), POOL_ARMS,
@@ -334,13 +353,13 @@ def arm_config(base: RunConfig, arm: Arm) -> RunConfig:
 def run_arm(exp: Experiment, arm: Arm, base: RunConfig, seeds: int, out: Path, *, progress: bool, mesh=None
             ) -> list[dict]:
     cfg = arm_config(base, arm)
-    dirs = [out / arm.label / f"seed{s}" for s in range(seeds)]
-    todo = [s for s in range(seeds) if not is_finished(dirs[s], cfg.iterations)]
+    dirs = {s: out / arm.label / f"seed{s}" for s in exp.seed_ids(seeds)}
+    todo = [s for s, d in dirs.items() if not is_finished(d, cfg.iterations)]
     if todo and not is_host_env(cfg.env):
         train_seeds(cfg, todo, [dirs[s] for s in todo], resume=True, progress=progress, mesh=mesh)
     for s in todo if is_host_env(cfg.env) else ():
         train(cfg.replace(seed=s), dirs[s], resume=(dirs[s] / "config.json").exists(), progress=progress)
-    return [seed_numbers(read_metrics(d)) for d in dirs]
+    return [seed_numbers(read_metrics(d)) for d in dirs.values()]
 
 
 def fmt(mh, d: int = 3) -> str:
@@ -395,7 +414,7 @@ def arm_record(a: Arm) -> dict:
 
 def earlier_arms(path: Path, exp: Experiment, base: RunConfig, seeds: int, scale: str) -> dict[str, list[dict]]:
     """Per-seed numbers of the arms an earlier invocation wrote to its results file ``path``, kept only where
-    they measure the same thing: the same base config (iterations, room, policy, ...), seed count and scale,
+    they measure the same thing: the same base config (iterations, room, policy, ...), seeds and scale,
     and the arm's definition unchanged. So a run of some arms adds them to the report instead of replacing
     it, and a checkout without the earlier run directories (``runs/`` is not versioned) still reports them."""
     if not path.exists():
@@ -403,7 +422,7 @@ def earlier_arms(path: Path, exp: Experiment, base: RunConfig, seeds: int, scale
     info = json.loads(path.read_text())
     same = lambda x: json.loads(json.dumps(x))  # compare as the file stores it (tuples become lists)
     if (info.get("config") != same(base.to_dict()) or info.get("seeds") != seeds
-            or info.get("scale") != scale):
+            or info.get("first_seed", 0) != exp.first_seed or info.get("scale") != scale):
         return {}
     recorded = info.get("arms", {})
     return {a.label: info["per_seed"][a.label] for a in exp.arms
@@ -461,7 +480,7 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
     cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
     results.mkdir(parents=True, exist_ok=True)
     info = dict(experiment=name, title=exp.title, command=cmd, machine=machine(), scale=args.scale,
-                config=base.to_dict(), seeds=args.seeds, reference=exp.reference, wall_s=wall,
+                config=base.to_dict(), seeds=args.seeds, first_seed=exp.first_seed, reference=exp.reference, wall_s=wall,
                 iteration_seconds=train_s, pending=pending,
                 arms={a.label: arm_record(a) for a in exp.arms}, read_from_earlier_results=list(earlier),
                 summary=summary, contrasts=contrasts, per_seed=per_arm)
@@ -469,9 +488,11 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
     ref = exp.reference
     runs_cmd = " ".join(w for w in cmd.split() if w not in ("--report-only", "--quiet"))
     shown = f"`{runs_cmd}` (this report: `{cmd}`)" if args.report_only else f"`{cmd}`"
+    ids = exp.seed_ids(args.seeds)
+    seed_range = f" (seeds {ids[0]}-{ids[-1]})" if exp.first_seed else ""
     lines = [f"# {exp.title}", "", f"Command: {shown}  ",
              f"{base.iterations} iterations of {base.groups} groups x {base.group_size} trajectories, {args.seeds} "
-             f"seeds per arm ({'one after another' if is_host_env(base.env) else 'one program per arm'}), scale "
+             f"seeds per arm{seed_range} ({'one after another' if is_host_env(base.env) else 'one program per arm'}), scale "
              f"{args.scale}; held-out: {'/'.join(map(str, sorted(held))) or base.eval_tasks} tasks never "
              f"trained on, {base.group_size} samples each. Every number: mean over seeds +- the 95% Student-t "
              f"half-width over seeds; 'minus {ref}' is the paired per-seed difference (arms share each seed's "
@@ -554,8 +575,9 @@ def main(argv: Optional[list[str]] = None) -> dict:
     results = Path(args.results)
     # arms already reported (this file's earlier version), then the finished runs here, then the ones run now
     found = earlier_arms(results / f"{args.experiment}.json", exp, base, args.seeds, args.scale)
-    local = {a.label: [seed_numbers(read_metrics(out / a.label / f"seed{s}")) for s in range(args.seeds)]
-             for a in exp.arms if all(is_finished(out / a.label / f"seed{s}", iterations) for s in range(args.seeds))}
+    ids = exp.seed_ids(args.seeds)
+    local = {a.label: [seed_numbers(read_metrics(out / a.label / f"seed{s}")) for s in ids]
+             for a in exp.arms if all(is_finished(out / a.label / f"seed{s}", iterations) for s in ids)}
     earlier = [label for label in found if label not in local]
     known = {**found, **local}
     in_order = lambda: {a.label: known[a.label] for a in exp.arms if a.label in known}

@@ -1,5 +1,6 @@
 """experiments/claims.py end to end at smoke size: two arms x two seeds x two iterations."""
 
+import dataclasses
 import json
 import re
 import shlex
@@ -147,3 +148,34 @@ def test_recipe_arms_are_shared_across_experiments():
             reverted, recipe = cfg("recipe_ablation", f"{label}_{name}")[0], cfg("e1_recipe", label)[0]
             changed = {k for k, v in reverted.to_dict().items() if recipe.to_dict()[k] != v}
             assert changed == set(run) and reverted == recipe.replace(**run)
+
+
+def test_fresh_seeds_run_under_their_own_numbers(tmp_path, monkeypatch):
+    """An experiment with ``first_seed`` trains and reads seeds first_seed, ... (its run directories and
+    configs say so), and results written for other seed numbers are not read as its own."""
+    exp = dataclasses.replace(claims.EXPERIMENTS["e1"], first_seed=3)
+    monkeypatch.setitem(claims.EXPERIMENTS, "e1_fresh", exp)
+    args = ["--experiment", "e1_fresh", "--arms", "grpo", "--seeds", "2", "--iterations", "1", "--groups", "2",
+            "--eval-tasks", "2", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "res"), "--quiet"]
+    claims.main(args)
+    runs = tmp_path / "runs" / "e1_fresh" / "grpo"
+    assert sorted(p.name for p in runs.iterdir()) == ["seed3", "seed4"]
+    assert [json.loads((runs / f"seed{s}" / "config.json").read_text())["seed"] for s in (3, 4)] == [3, 4]
+    info = json.loads((tmp_path / "res" / "e1_fresh.json").read_text())
+    assert info["first_seed"] == 3 and len(info["per_seed"]["grpo"]) == 2
+    assert "2 seeds per arm (seeds 3-4)" in (tmp_path / "res" / "e1_fresh.md").read_text()
+    base = claims.base_config(exp, {"groups": 2, "eval_tasks": 2}, 1)
+    assert list(claims.earlier_arms(tmp_path / "res" / "e1_fresh.json", exp, base, 2, "cpu")) == ["grpo"]
+    assert claims.earlier_arms(tmp_path / "res" / "e1_fresh.json", dataclasses.replace(exp, first_seed=0), base, 2,
+                               "cpu") == {}
+    with pytest.raises(ValueError, match="first_seed"):
+        dataclasses.replace(exp, first_seed=-1)
+
+
+def test_e2_confirm_repeats_e2_on_seeds_e2_did_not_use():
+    e2, confirm = claims.EXPERIMENTS["e2"], claims.EXPERIMENTS["e2_confirm"]
+    assert confirm.base == e2.base and (confirm.iterations, confirm.eval_every) == (e2.iterations, e2.eval_every)
+    arms = {a.label: a for a in e2.arms}
+    assert all(arms[a.label] == a for a in confirm.arms)
+    assert not set(confirm.seed_ids(confirm.seeds)) & set(e2.seed_ids(e2.seeds))
+    assert {c.name for c in confirm.contrasts} == {"gated_bepo - hgpo", "graphgpo - gigpo"}
