@@ -81,7 +81,7 @@ import numpy as np  # noqa: E402
 
 from bepo_jax.envs.registry import is_host_env  # noqa: E402
 from bepo_jax.envs.sokoban import SokobanConfig, SokobanEnv  # noqa: E402
-from bepo_jax.train import RunConfig, mean_ci, read_metrics, train, train_seeds  # noqa: E402
+from bepo_jax.train import RunConfig, mean_ci, paired_combination, read_metrics, train, train_seeds  # noqa: E402
 from bepo_jax.train.rundir import is_finished  # noqa: E402
 from experiments.learning_rate import COLLAPSE, action_curves  # noqa: E402
 from experiments.readme_tables import collapsed_seeds, points  # noqa: E402
@@ -275,20 +275,14 @@ def verdict(mh: tuple[float, float]) -> str:
     return "not separated" if abs(m) <= h else ("higher" if m > 0 else "lower")
 
 
-def combined(terms: list[tuple[list[dict], float]], value) -> list[float]:
-    """Per seed, ``sum_i w_i value(x_i)`` over the ``terms`` (an arm's per-seed numbers, its weight), seed by
-    seed over the seeds every term has (arms share each seed's tasks, so this is paired)."""
-    n = min(len(seeds) for seeds, _ in terms)
-    return [sum(w * value(seeds[i]) for seeds, w in terms) for i in range(n)]
-
-
 def paired_by_eval(terms: list[tuple[list[dict], float]], col: int) -> list[list]:
-    """``[iteration, mean, half-width]`` of the paired per-seed combination (``combined``) at every evaluation
-    all arms recorded (``col`` 2: held-out success, 3: training tasks; the columns of ``seed_numbers``'s
-    curve). Iteration 0 is the shared initial policy, so a difference is 0 there where arms are paired."""
+    """``[iteration, mean, half-width]`` of the paired per-seed combination (``paired_combination``) at every
+    evaluation all arms recorded (``col`` 2: held-out success, 3: training tasks; the columns of
+    ``seed_numbers``'s curve). Iteration 0 is the shared initial policy, so a difference is 0 there where arms
+    are paired."""
     by_it = lambda x: {int(c[0]): c[col] for c in x["curve"]}
     its = sorted(set.intersection(*(set(by_it(x)) for seeds, _ in terms for x in seeds)))
-    return [[it, *mean_ci(combined(terms, lambda x: by_it(x)[it]))] for it in its]
+    return [[it, *mean_ci(paired_combination(terms, lambda x: by_it(x)[it]))] for it in its]
 
 
 def contrast_summary(per_arm: dict[str, list[dict]], contrasts: tuple) -> dict:
@@ -301,7 +295,7 @@ def contrast_summary(per_arm: dict[str, list[dict]], contrasts: tuple) -> dict:
         terms = [(per_arm[label], w) for label, w in c.terms]
         s = dict(terms=[list(t) for t in c.terms])
         for k, col in (("held_out", 2), ("train", 3)):
-            xs = combined(terms, lambda x: x[f"{k}_after"])
+            xs = paired_combination(terms, lambda x: x[f"{k}_after"])
             s[k] = mean_ci(xs)
             s[f"{k}_verdict"] = verdict(s[k])
             s[f"{k}_seeds_above_0"] = int(sum(x > 0 for x in xs))
@@ -324,7 +318,7 @@ def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
         if ref is not None and label != reference:
             terms = [(seeds, 1.0), (ref, -1.0)]
             for k in ("held_out_after", "train_after"):
-                d = mean_ci(combined(terms, lambda x: x[k]))
+                d = mean_ci(paired_combination(terms, lambda x: x[k]))
                 s[f"{k}_minus_{reference}"] = d
                 s[f"{k}_verdict"] = verdict(d)
             for k, col in (("held_out", 2), ("train", 3)):
@@ -480,8 +474,8 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
     cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
     results.mkdir(parents=True, exist_ok=True)
     info = dict(experiment=name, title=exp.title, command=cmd, machine=machine(), scale=args.scale,
-                config=base.to_dict(), seeds=args.seeds, first_seed=exp.first_seed, reference=exp.reference, wall_s=wall,
-                iteration_seconds=train_s, pending=pending,
+                config=base.to_dict(), seeds=args.seeds, first_seed=exp.first_seed, reference=exp.reference,
+                wall_s=wall, iteration_seconds=train_s, pending=pending,
                 arms={a.label: arm_record(a) for a in exp.arms}, read_from_earlier_results=list(earlier),
                 summary=summary, contrasts=contrasts, per_seed=per_arm)
     (results / f"{name}.json").write_text(json.dumps(info, indent=2))

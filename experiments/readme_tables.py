@@ -155,9 +155,9 @@ CLAIMS = (
 
 def _paired(xs: list[dict], ys: list[dict], key: str) -> tuple[float, float]:
     """Mean +- 95% t over seeds of ``x[key] - y[key]``, seed by seed."""
-    from bepo_jax.train.report import mean_ci
+    from bepo_jax.train.report import mean_ci, paired_combination
 
-    return mean_ci([x[key] - y[key] for x, y in zip(xs, ys)])
+    return mean_ci(paired_combination([(xs, 1.0), (ys, -1.0)], lambda x: x[key]))
 
 
 def points(mh) -> str:

@@ -3,7 +3,7 @@
 Modules, each importing only the ones listed before it:
 
     config     RunConfig (config.json), EVAL_SEED_OFFSET
-    report     intervals (mean_ci, paired_change), trailing means, iterations_to, run_summary
+    report     intervals (mean_ci, paired_change, paired_combination), trailing means, iterations_to, run_summary
     plots      draw_curve / plot_curve (one run), plot_comparison (estimators x seeds)
     setup      Setup: environment, policy, trainer; the iteration as pure functions; evaluation
     multiseed  SeedBatch: S seeds vmapped into one program (run axis, shardable)
@@ -18,13 +18,13 @@ from .config import EVAL_SEED_OFFSET, RunConfig
 from .loop import load_run, train, train_seeds
 from .multiseed import SeedBatch
 from .plots import draw_curve, plot_comparison, plot_curve
-from .report import iterations_to, mean_ci, paired_change, run_summary, trailing_mean
+from .report import iterations_to, mean_ci, paired_change, paired_combination, run_summary, trailing_mean
 from .rundir import is_finished, read_metrics
 from .setup import Setup
 
 __all__ = ["EVAL_SEED_OFFSET", "RunConfig", "Setup", "SeedBatch", "train", "train_seeds", "load_run", "compare",
-           "draw_curve", "plot_curve", "plot_comparison", "mean_ci", "paired_change", "trailing_mean", "iterations_to",
-           "run_summary", "read_metrics", "is_finished"]
+           "draw_curve", "plot_curve", "plot_comparison", "mean_ci", "paired_change", "paired_combination",
+           "trailing_mean", "iterations_to", "run_summary", "read_metrics", "is_finished"]
 
 
 def __getattr__(name):  # compare imports loop; loaded on first use

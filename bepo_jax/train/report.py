@@ -26,6 +26,15 @@ def mean_ci(values) -> tuple[float, float]:
     return float(x.mean()), float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
 
 
+def paired_combination(terms, value) -> list[float]:
+    """Per seed ``i``, ``sum_k w_k * value(arm_k[i])`` over ``terms`` = ``[(arm_k, w_k), ...]``, each arm a
+    list of per-seed records, over the seeds every arm has. Arms that share each seed's tasks and
+    initial policy pair seed by seed (``a - b`` is ``[(a, 1), (b, -1)]``); ``mean_ci`` of the result is
+    the paired interval."""
+    n = min(len(seeds) for seeds, _ in terms)
+    return [sum(w * value(seeds[i]) for seeds, w in terms) for i in range(n)]
+
+
 def trailing_mean(x, window: int) -> np.ndarray:
     """Mean of the last ``window`` values at each position (fewer at the start)."""
     x = np.asarray(x, np.float64)
