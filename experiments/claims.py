@@ -466,6 +466,7 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
 
     summary = summarize(per_arm, exp.reference)
     contrasts = contrast_summary(per_arm, exp.contrasts)
+    waiting = [c.name for c in exp.contrasts if c.name not in contrasts]
     # the seeds of an arm run as one program (each seed's rows carry that program's iteration
     # time), except in host environments, where they run one after another
     train_s = sum(sum(x["iteration_seconds"] for x in seeds) if is_host_env(base.env) else seeds[0]["iteration_seconds"]
@@ -477,16 +478,17 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
                 config=base.to_dict(), seeds=args.seeds, first_seed=exp.first_seed, reference=exp.reference,
                 wall_s=wall, iteration_seconds=train_s, pending=pending,
                 arms={a.label: arm_record(a) for a in exp.arms}, read_from_earlier_results=list(earlier),
-                summary=summary, contrasts=contrasts, per_seed=per_arm)
+                summary=summary, contrasts=contrasts, pending_contrasts=waiting, per_seed=per_arm)
     (results / f"{name}.json").write_text(json.dumps(info, indent=2))
     ref = exp.reference
     runs_cmd = " ".join(w for w in cmd.split() if w not in ("--report-only", "--quiet"))
     shown = f"`{runs_cmd}` (this report: `{cmd}`)" if args.report_only else f"`{cmd}`"
     ids = exp.seed_ids(args.seeds)
-    seed_range = f" (seeds {ids[0]}-{ids[-1]})" if exp.first_seed else ""
+    seed_range = f"seeds {ids[0]}-{ids[-1]}, " if exp.first_seed else ""
     lines = [f"# {exp.title}", "", f"Command: {shown}  ",
              f"{base.iterations} iterations of {base.groups} groups x {base.group_size} trajectories, {args.seeds} "
-             f"seeds per arm{seed_range} ({'one after another' if is_host_env(base.env) else 'one program per arm'}), scale "
+             f"seeds per arm ({seed_range}"
+             f"{'one after another' if is_host_env(base.env) else 'one program per arm'}), scale "
              f"{args.scale}; held-out: {'/'.join(map(str, sorted(held))) or base.eval_tasks} tasks never "
              f"trained on, {base.group_size} samples each. Every number: mean over seeds +- the 95% Student-t "
              f"half-width over seeds; 'minus {ref}' is the paired per-seed difference (arms share each seed's "
@@ -510,7 +512,7 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
     for label in pending:
         lines.append(f"| {label} | {arm_text(arm_of[label])} | not run yet | | | | | | |")
     lines += by_eval_lines(summary, ref)
-    lines += contrast_lines(contrasts, [c.name for c in exp.contrasts if c.name not in contrasts])
+    lines += contrast_lines(contrasts, waiting)
     if per_arm:
         plot(exp, per_arm, results / f"{name}.png")
         lines += ["", f"![{exp.title}]({name}.png)"]

@@ -363,6 +363,35 @@ def recipe_ablation() -> str:
     return "\n".join(lines)
 
 
+def e2_confirm() -> str:
+    """``claims.py --experiment e2_confirm``: E2's two claims whose intervals excluded 0, on E2's seeds (where
+    they were picked), on fresh seeds (the test) and on all of them pooled; each claim on held-out and
+    training games, paired per seed, with the claims table's verdicts."""
+    from bepo_jax.train.report import mean_ci, paired_combination
+
+    first, fresh = _load("e2.json"), _load("e2_confirm.json")
+    span = lambda d: f"seeds {d.get('first_seed', 0)}-{d.get('first_seed', 0) + d['seeds'] - 1}"
+    paper = {(a, b): (claim, text) for claim, text, a, b in CLAIMS}
+    lines = [f"| claim | paper | measure | E2, {span(first)} (where the claims were picked) | fresh {span(fresh)} | "
+             f"verdict | seeds > 0 | pooled, {first['seeds'] + fresh['seeds']} seeds | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name in [*fresh["contrasts"], *fresh["pending_contrasts"]]:
+        a, b = name.split(" - ")
+        claim, text = paper[(a, b)]
+        for measure, key in (("held-out games", "held_out_after"), ("training games", "train_after")):
+            picked = _paired(first["per_seed"][a], first["per_seed"][b], key)
+            head = f"| {claim} ({a} - {b}) | {text} | {measure} | {points(picked)} ({_verdict(picked)}) |"
+            if a not in fresh["per_seed"] or b not in fresh["per_seed"]:
+                lines.append(head + " not run yet |" + " |" * 4)
+                continue
+            xs = paired_combination([(fresh["per_seed"][a], 1.0), (fresh["per_seed"][b], -1.0)], lambda x: x[key])
+            both = lambda arm: first["per_seed"][arm] + fresh["per_seed"][arm]
+            pooled = _paired(both(a), both(b), key)
+            lines.append(head + f" {points(mean_ci(xs))} | {_verdict(mean_ci(xs))} | {sum(x > 0 for x in xs)}/"
+                         f"{len(xs)} | {points(pooled)} | {_verdict(pooled)} |")
+    return "\n".join(lines)
+
+
 TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": compare_sokoban,
           "env_loop": env_loop, "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
@@ -370,7 +399,7 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape,
           "sweep": knob_sweep, "claims_e2": lambda: _claims("e2"), "arms_e2": lambda: _arms("e2"),
           "claims_e1_recipe": lambda: _claims("e1_recipe"), "arms_e1_recipe": lambda: _arms("e1_recipe"),
-          "recipe_ablation": recipe_ablation}
+          "recipe_ablation": recipe_ablation, "e2_confirm": e2_confirm}
 
 
 def render(text: str) -> str:

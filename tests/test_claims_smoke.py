@@ -163,7 +163,7 @@ def test_fresh_seeds_run_under_their_own_numbers(tmp_path, monkeypatch):
     assert [json.loads((runs / f"seed{s}" / "config.json").read_text())["seed"] for s in (3, 4)] == [3, 4]
     info = json.loads((tmp_path / "res" / "e1_fresh.json").read_text())
     assert info["first_seed"] == 3 and len(info["per_seed"]["grpo"]) == 2
-    assert "2 seeds per arm (seeds 3-4)" in (tmp_path / "res" / "e1_fresh.md").read_text()
+    assert "2 seeds per arm (seeds 3-4, one program per arm)" in (tmp_path / "res" / "e1_fresh.md").read_text()
     base = claims.base_config(exp, {"groups": 2, "eval_tasks": 2}, 1)
     assert list(claims.earlier_arms(tmp_path / "res" / "e1_fresh.json", exp, base, 2, "cpu")) == ["grpo"]
     assert claims.earlier_arms(tmp_path / "res" / "e1_fresh.json", dataclasses.replace(exp, first_seed=0), base, 2,
