@@ -198,12 +198,14 @@ class Contrast:
         return cls(f"{a} - {b}", ((a, 1.0), (b, -1.0)))
 
 
-# recipe_ablation's contrasts: the gap Gated-BEPO - GRPO at the recipe and under each revert, and each revert's
-# change of that gap, ((gated_bepo_X - grpo_X) - (gated_bepo - grpo)) per seed
+# recipe_ablation's contrasts: the gap Gated-BEPO - GRPO at the recipe and under each revert, each revert's
+# change of that gap, ((gated_bepo_X - grpo_X) - (gated_bepo - grpo)) per seed, and what each revert does to
+# each estimator (grpo_X - grpo, gated_bepo_X - gated_bepo)
 RECIPE_GAPS = (Contrast.minus("gated_bepo", "grpo"),
                *(Contrast.minus(f"gated_bepo_{name}", f"grpo_{name}") for name in RECIPE_REVERTS),
                *(Contrast(f"gap change, {name}", ((f"gated_bepo_{name}", 1.0), (f"grpo_{name}", -1.0),
-                                                   ("gated_bepo", -1.0), ("grpo", 1.0))) for name in RECIPE_REVERTS))
+                                                   ("gated_bepo", -1.0), ("grpo", 1.0))) for name in RECIPE_REVERTS),
+               *(Contrast.minus(f"{est}_{name}", est) for name in RECIPE_REVERTS for est in ("grpo", "gated_bepo")))
 HARD = dict(env="experiments.claims:sokoban_hard", boxes=2)  # E1-hard's room, shared by its variants
 E2 = dict(env="textworld", rooms=3, quest_length=2)  # E2's games, shared with its confirmation on fresh seeds
 E2_CONFIRMED = (Contrast.minus("gated_bepo", "hgpo"), Contrast.minus("graphgpo", "gigpo"))

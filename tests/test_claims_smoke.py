@@ -94,7 +94,8 @@ def test_contrasts_combine_arms_seed_by_seed():
     per_arm = {label: arm(i / 10) for i, label in enumerate(
         ("grpo", "gated_bepo", "grpo_groups_8", "gated_bepo_groups_8"))}
     out = claims.contrast_summary(per_arm, claims.RECIPE_GAPS)
-    assert set(out) == {"gated_bepo - grpo", "gated_bepo_groups_8 - grpo_groups_8", "gap change, groups_8"}
+    assert set(out) == {"gated_bepo - grpo", "gated_bepo_groups_8 - grpo_groups_8", "gap change, groups_8",
+                        "grpo_groups_8 - grpo", "gated_bepo_groups_8 - gated_bepo"}
     v = lambda label, k="held_out_after": np.array([x[k] for x in per_arm[label]])
     gap = v("gated_bepo_groups_8") - v("grpo_groups_8") - (v("gated_bepo") - v("grpo"))
     c = out["gap change, groups_8"]
