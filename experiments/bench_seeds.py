@@ -1,4 +1,4 @@
-"""Benchmark: S seeds of the main job as one program (vmapped, or looped inside the program) against S sequential runs.
+"""Benchmark: S seeds of the default config as one program (vmapped, or looped inside it) vs S sequential runs.
 
 Both train the default Sokoban config (``RunConfig()``, Gated-BEPO) for the same number of
 iterations per seed, in one process, without evaluations or checkpoints (the iteration
@@ -7,7 +7,7 @@ sequential run — each run is a fresh ``Setup`` as ``bepo-jax compare`` makes t
 iterations per second per seed after the first iteration. Writes
 ``experiments/results/bench_seeds.{json,md}``.
 
-    python experiments/bench_seeds.py                 # ~6 min on 2 CPU cores
+    python experiments/bench_seeds.py                 # ~4 min on 2 CPU cores
     python experiments/bench_seeds.py --seeds 4 --iterations 5
 """
 
@@ -87,7 +87,8 @@ def main():
     m = res["machine"]
     lines = ["# Seeds as one program vs sequential runs", "", f"Command: `{res['command']}`  ",
              f"Machine: {m['platform']}, {m['cpu_count']} CPUs, backend {m['backend']}; jax {m['jax']}. "
-             f"Main job config (Sokoban, Gated-BEPO, B = {cfg.groups} x K = {cfg.group_size}), {a.iterations} "
+             f"The default config (RunConfig(): Sokoban 6x6, Gated-BEPO, B = {cfg.groups} x K = {cfg.group_size}), "
+             f"{a.iterations} "
              "iterations per seed, no evaluation or checkpoints.", "",
              "Looped = `SeedBatch(runs_per_step=k)`: one compiled program whose run axis is a loop (`lax.map`) "
              "over chunks of k vmapped runs.", "",
