@@ -223,7 +223,7 @@ EXPERIMENTS = {
                      iterations=20, eval_every=10),
     # E2's two claims whose intervals excluded 0 (of sixteen), tested again on five fresh seeds (new games, new
     # initial policies): a test chosen after seeing E2's numbers needs seeds E2 did not use
-    "e2_confirm": Experiment("E2 on fresh seeds 5-9: the two E2 claims whose intervals excluded 0",
+    "e2_confirm": Experiment("E2 on seeds E2 did not use: the two E2 claims whose intervals excluded 0",
                              E2, tuple(a for a in ESTIMATOR_ARMS if a.label in ("gigpo", "graphgpo", "hgpo",
                                                                                  "gated_bepo")),
                              "gated_bepo", seeds=5, iterations=20, eval_every=10, first_seed=5,
