@@ -88,8 +88,7 @@ def main():
     lines = ["# Seeds as one program vs sequential runs", "", f"Command: `{res['command']}`  ",
              f"Machine: {m['platform']}, {m['cpu_count']} CPUs, backend {m['backend']}; jax {m['jax']}. "
              f"The default config (RunConfig(): Sokoban 6x6, Gated-BEPO, B = {cfg.groups} x K = {cfg.group_size}), "
-             f"{a.iterations} "
-             "iterations per seed, no evaluation or checkpoints.", "",
+             f"{a.iterations} iterations per seed, no evaluation or checkpoints.", "",
              "Looped = `SeedBatch(runs_per_step=k)`: one compiled program whose run axis is a loop (`lax.map`) "
              "over chunks of k vmapped runs.", "",
              "| variant | seeds | wall time incl. compile | seed-iterations/s after the first iteration "

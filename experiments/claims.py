@@ -181,8 +181,12 @@ class Experiment:
                                  f"not among its arms ({', '.join(sorted(labels))}); fix the contrast's terms.")
 
     def seed_ids(self, seeds: int) -> range:
-        """The seed numbers of an arm with ``seeds`` seeds (its run directories are ``seed<number>``)."""
+        """The seed numbers of an arm with ``seeds`` seeds."""
         return range(self.first_seed, self.first_seed + seeds)
+
+    def run_dirs(self, out: Path, label: str, seeds: int) -> dict[int, Path]:
+        """Seed number -> run directory (``out/<arm label>/seed<number>``) of one arm."""
+        return {s: out / label / f"seed{s}" for s in self.seed_ids(seeds)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,7 +353,7 @@ def arm_config(base: RunConfig, arm: Arm) -> RunConfig:
 def run_arm(exp: Experiment, arm: Arm, base: RunConfig, seeds: int, out: Path, *, progress: bool, mesh=None
             ) -> list[dict]:
     cfg = arm_config(base, arm)
-    dirs = {s: out / arm.label / f"seed{s}" for s in exp.seed_ids(seeds)}
+    dirs = exp.run_dirs(out, arm.label, seeds)
     todo = [s for s, d in dirs.items() if not is_finished(d, cfg.iterations)]
     if todo and not is_host_env(cfg.env):
         train_seeds(cfg, todo, [dirs[s] for s in todo], resume=True, progress=progress, mesh=mesh)
@@ -573,9 +577,9 @@ def main(argv: Optional[list[str]] = None) -> dict:
     results = Path(args.results)
     # arms already reported (this file's earlier version), then the finished runs here, then the ones run now
     found = earlier_arms(results / f"{args.experiment}.json", exp, base, args.seeds, args.scale)
-    ids = exp.seed_ids(args.seeds)
-    local = {a.label: [seed_numbers(read_metrics(out / a.label / f"seed{s}")) for s in ids]
-             for a in exp.arms if all(is_finished(out / a.label / f"seed{s}", iterations) for s in ids)}
+    dirs = {a.label: exp.run_dirs(out, a.label, args.seeds).values() for a in exp.arms}
+    local = {label: [seed_numbers(read_metrics(d)) for d in ds] for label, ds in dirs.items()
+             if all(is_finished(d, iterations) for d in ds)}
     earlier = [label for label in found if label not in local]
     known = {**found, **local}
     in_order = lambda: {a.label: known[a.label] for a in exp.arms if a.label in known}
