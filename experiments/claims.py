@@ -211,7 +211,9 @@ RECIPE_GAPS = (Contrast.minus("gated_bepo", "grpo"),
                                                    ("gated_bepo", -1.0), ("grpo", 1.0))) for name in RECIPE_REVERTS),
                *(Contrast.minus(f"{est}_{name}", est) for name in RECIPE_REVERTS for est in ("grpo", "gated_bepo")))
 HARD = dict(env="experiments.claims:sokoban_hard", boxes=2)  # E1-hard's room, shared by its variants
-E2 = dict(env="textworld", rooms=3, quest_length=2)  # E2's games, shared with its confirmation on fresh seeds
+# E2's games, shared with its confirmation on fresh seeds: 8 training and 8 held-out games per seed (before
+# RunConfig.eval_tasks reached TextWorld, its held-out games stopped at 8 whatever eval_tasks said; E2 ran so)
+E2 = dict(env="textworld", rooms=3, quest_length=2, eval_tasks=8)
 E2_CONFIRMED = (Contrast.minus("gated_bepo", "hgpo"), Contrast.minus("graphgpo", "gigpo"))
 EXPERIMENTS = {
     "e1": Experiment("E1 Sokoban 6x6, 1-2 boxes", dict(env="sokoban", boxes=2), ESTIMATOR_ARMS, "gated_bepo",

@@ -146,6 +146,21 @@ def test_textworld_env_wins_with_the_walkthrough(tmp_path):
     env.close()
 
 
+def test_textworld_evaluates_the_held_out_games_it_is_asked_for(tmp_path):
+    """eval_tasks and evaluate(n_tasks=) reach TextWorld (its held-out games once stopped at 8
+    whatever was asked): a larger evaluation extends the run's held-out games, disjoint from
+    the training games; the training-task evaluation covers at most the pool."""
+    pytest.importorskip("textworld")
+    setup = Setup(_tiny("textworld").replace(eval_tasks=3), cache_dir=tmp_path / "games")
+    assert len(setup.eval_pool) == 3 and not set(setup.eval_pool) & set(setup.train_tasks)
+    params = setup.trainer.init_state().params
+    more = setup.evaluate(params, n_tasks=4)
+    assert more["tasks"] == 4 and len(more["per_task"]) == 4
+    assert setup.held_out_tasks(4)[:3] == setup.eval_pool
+    assert setup.evaluate(params)["tasks"] == 3
+    assert setup.evaluate(params, n_tasks=4, training=True)["tasks"] == 2  # task_pool=2
+
+
 @pytest.mark.parametrize("constrained", [False, True])
 def test_host_loop_equals_jitted_loop_for_a_fixed_policy(constrained):
     """The host-driven loop (JaxEnvOnHost) and the jitted rollout give the same episodes

@@ -26,7 +26,7 @@ class RunConfig:
     0.01 starts near-uniform); update: learning_rate, ppo_epochs, num_minibatches,
     entropy_coef; tasks: task_pool (the training tasks, 0 = the environment's default:
     32 Sokoban levels / 32 mazes / 8 TextWorld games), eval_tasks (held-out tasks, and as
-    many training tasks, evaluated every eval_every iterations); checkpoint_every,
+    many training tasks up to the pool, evaluated every eval_every iterations); checkpoint_every,
     keep_checkpoints; seed. Environment knobs: boxes (Sokoban max boxes),
     rooms/objects/quest_length (TextWorld)."""
 

@@ -36,9 +36,10 @@ def _with_env(cfg: RunConfig, env):
     return cfg.replace(env=name)
 
 
-def _setup_for_run(cfg: RunConfig, run_dir: Path) -> Setup:
-    """The run's Setup; generated TextWorld games are shared by the runs beside it."""
-    return Setup(cfg, cache_dir=run_dir.parent / ".textworld_games")
+def _setup_for_run(cfg: RunConfig, run_dir: Path, games_dir: Optional[Path] = None) -> Setup:
+    """The run's Setup; generated TextWorld games are shared by the runs beside it (or kept in
+    ``games_dir``: a game's file name holds everything it is generated from)."""
+    return Setup(cfg, cache_dir=games_dir or run_dir.parent / ".textworld_games")
 
 
 def _evaluations(held: dict, train_ev: dict) -> dict:
@@ -168,8 +169,9 @@ def train_seeds(cfg: RunConfig, seeds: Sequence[int], outs: Sequence[str | Path]
     return [rundir.finish(ci, o, log.rows) for ci, o, log in zip(cfgs, outs, logs)]
 
 
-def load_run(path: str | Path) -> tuple[Setup, TrainState, int]:
-    """A run directory (or its ``checkpoints/``) -> (setup, restored state, iteration)."""
+def load_run(path: str | Path, *, games_dir: Optional[str | Path] = None) -> tuple[Setup, TrainState, int]:
+    """A run directory (or its ``checkpoints/``) -> (setup, restored state, iteration).
+    ``games_dir``: where TextWorld games are found or generated (default: beside the run)."""
     import json
 
     path = Path(path)
@@ -178,7 +180,7 @@ def load_run(path: str | Path) -> tuple[Setup, TrainState, int]:
     if not cfg_path.exists():
         raise ValueError(f"{path} is not a run directory: no config.json in {run} (pass the --out of a train run).")
     cfg = RunConfig.from_stored(json.loads(cfg_path.read_text()))
-    setup = _setup_for_run(cfg, run)
+    setup = _setup_for_run(cfg, run, Path(games_dir) if games_dir else None)
     ckpt = Checkpointer(run / "checkpoints", max_to_keep=cfg.keep_checkpoints)
     try:
         state, meta, step = ckpt.restore_latest(setup.trainer.abstract_state())

@@ -60,8 +60,10 @@ class Setup:
             pool = cfg.task_pool or 8
             kw = dict(rooms=cfg.rooms, objects=cfg.objects, quest_length=cfg.quest_length)
             self.train_tasks = [str(p) for p in generate_games(pool, games_dir, seed=cfg.seed * 7919, **kw)]
-            self.eval_pool = [str(p) for p in generate_games(
-                min(cfg.eval_tasks, 8), games_dir, seed=cfg.seed * 7919 + EVAL_SEED_OFFSET, **kw)]
+            # held-out games: the first n of one seeded sequence, so a larger evaluation extends a smaller one
+            self._held_out_games = lambda n: [str(p) for p in generate_games(
+                n, games_dir, seed=cfg.seed * 7919 + EVAL_SEED_OFFSET, **kw)]
+            self.eval_pool = self._held_out_games(cfg.eval_tasks)
             obs_len, word, cmds, task_len, self.max_steps = 160, 24, 12, 96, cfg.max_steps or 8
             P = prompt_length(obs_len, cfg.prompt_history, word, task_len)
             make = lambda: TextWorldEnv(obs_chars=obs_len, objective_chars=task_len, max_commands=cmds,
@@ -175,25 +177,34 @@ class Setup:
             state, m = self._update(state, ro)
         return state, {k: float(v) for k, v in jax.device_get(m).items()}
 
+    def held_out_tasks(self, n: int):
+        """The run's first ``n`` held-out tasks (TextWorld: game paths; JAX environments: a pytree
+        of arrays), drawn with ``seed + EVAL_SEED_OFFSET``; ``eval_pool`` holds the first ``eval_tasks``."""
+        if n == self.cfg.eval_tasks:
+            return self.eval_pool
+        if self.host:
+            return self._held_out_games(n)
+        return self.env.sample_tasks(n, self.cfg.seed + EVAL_SEED_OFFSET)
+
     def eval_pool_for(self, *, n_tasks: Optional[int] = None, training: bool = False):
         """The tasks an evaluation runs on (JAX environments: a pytree of arrays): the first
         ``n_tasks`` (default ``eval_tasks``) training tasks, or held-out tasks."""
         n = n_tasks or self.cfg.eval_tasks
         if training:
             pool = jax.tree_util.tree_map(lambda x: x[: min(n, self.pool_size)], self.train_tasks)
-        elif n != self.cfg.eval_tasks:
-            pool = self.env.sample_tasks(n, self.cfg.seed + EVAL_SEED_OFFSET)
         else:
-            pool = self.eval_pool
+            pool = self.held_out_tasks(n)
         return jax.tree_util.tree_map(jnp.asarray, pool)
 
     def evaluate(self, params, *, n_tasks: Optional[int] = None, seed: int = 0, training: bool = False) -> dict:
         """Success rate of the policy (K samples per task at the run's temperature) on
-        held-out tasks, or on the first ``eval_tasks`` training tasks (``training``)."""
+        ``n_tasks`` (default ``eval_tasks``) held-out tasks, or on the first ``n_tasks``
+        training tasks (``training``; at most the pool). TextWorld's held-out games are the
+        first ``n_tasks`` of the run's held-out sequence (generated when not cached)."""
         key = jax.random.PRNGKey(seed)
         if self.host:
-            pool = self.train_tasks if training else self.eval_pool
-            ro = self.rollout(params, pool[: n_tasks or self.cfg.eval_tasks], key)
+            n = n_tasks or self.cfg.eval_tasks
+            ro = self.rollout(params, self.train_tasks[:n] if training else self.held_out_tasks(n), key)
         else:
             if self._eval is None:
                 self._eval = jax.jit(self.rollout)

@@ -1,0 +1,253 @@
+"""Score finished runs again, on held-out tasks they were never scored on.
+
+A claims experiment scores each run's final policy on its seed's first ``eval_tasks`` held-out
+tasks (E2: 8 TextWorld games, 8 samples each). Where its paired intervals are wide, is the
+spread the runs' or the evaluation's? This loads the final checkpoint of every run of the
+chosen arms (the run directories ``claims.py`` wrote under ``--out``; ``runs/`` is not
+versioned, so run the experiments first) and evaluates it on the seed's first ``--tasks``
+held-out tasks: the m it was scored on, sampled again, and the ``--tasks`` - m after them,
+which no run was scored on and no claim was picked by.
+
+Per run: s_rec, its recorded final score; s_again, the same m tasks sampled again; s_fresh, the
+fresh tasks. A score's evaluation noise on the m tasks (the same policy and tasks, independent
+samples):
+
+    sigma_eval^2 = Var(s_rec - s_again) / 2        (over every run)
+
+A paired difference of two arms on those tasks then spreads over seeds by at least
+sqrt(2) * sigma_eval from evaluation alone; its share of the observed spread,
+2 sigma_eval^2 / Var(d_rec), says how much more held-out tasks (rather than more seeds) narrow
+an interval. Every interval: mean +- 95% Student-t half-width over seeds; differences paired
+per seed (the arms of a seed share its tasks and initial policy). Resumable: each run's
+evaluation is written to the results file as it finishes and not repeated.
+
+    python experiments/rescore.py --experiment e2,e2_confirm --tasks 32   # E2's two claims, seeds 0-9
+    python experiments/rescore.py --experiment e2 --arms grpo,gated_bepo --tasks 16   # any arms, contrasts
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bepo_jax.train import load_run, mean_ci, paired_combination, read_metrics  # noqa: E402
+from bepo_jax.train.rundir import is_finished  # noqa: E402
+from experiments.claims import (EXPERIMENTS, Contrast, arm_record, base_config, fmt, seed_numbers,  # noqa: E402
+                                verdict)
+
+RESCORE_KEY = 10_007  # the evaluations' sampling key (+ the seed): the runs' own used seed + iteration
+
+
+def _csv(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def plan(names: list[str], arms: Optional[list[str]], contrasts: Optional[list[str]]):
+    """The experiments (their base configs must agree: their seeds then pool), the arms (default: those
+    all of them have) and the contrasts (default: the experiments' own among those arms, else each arm
+    minus the first experiment's reference)."""
+    unknown = [n for n in names if n not in EXPERIMENTS]
+    if unknown:
+        raise SystemExit(f"--experiment: unknown {unknown}; choose from {', '.join(EXPERIMENTS)}.")
+    exps = [EXPERIMENTS[n] for n in names]
+    configs = {json.dumps(base_config(e, {}, e.iterations).to_dict(), sort_keys=True) for e in exps}
+    if len(configs) > 1:
+        raise SystemExit(f"--experiment {','.join(names)}: their base configs differ, so their seeds do not pool; "
+                         "rescore them one at a time.")
+    shared = [a.label for a in exps[0].arms if all(a.label in {b.label for b in e.arms} for e in exps)]
+    for e in exps[1:]:
+        for a in e.arms:
+            if a.label in shared and arm_record(a) != arm_record(next(b for b in exps[0].arms if b.label == a.label)):
+                raise SystemExit(f"arm {a.label!r} is defined differently in {names[0]} and another experiment.")
+    chosen = arms or shared
+    bad = [a for a in chosen if a not in shared]
+    if bad:
+        raise SystemExit(f"--arms: {bad} are not arms of every experiment given (they share: {', '.join(shared)}).")
+    if contrasts:
+        parsed = []
+        for c in contrasts:
+            a, _, b = c.partition("-")
+            if not b or a not in chosen or b not in chosen:
+                raise SystemExit(f"--contrasts: {c!r} must be 'arm-arm' with both among --arms ({', '.join(chosen)}).")
+            parsed.append(Contrast.minus(a, b))
+    else:
+        own = [c for e in exps for c in e.contrasts if all(label in chosen for label, _ in c.terms)]
+        ref = exps[0].reference
+        parsed = list({c.name: c for c in own}.values()) or [Contrast.minus(a, ref) for a in chosen if a != ref]
+    return exps, chosen, parsed
+
+
+def begins_with(more, first, m: int) -> bool:
+    """Are the first ``m`` of the task pool ``more`` the pool ``first`` (game paths, or pytrees of arrays)?"""
+    if isinstance(more, list):
+        return more[:m] == list(first)
+    leaves = jax.tree_util.tree_leaves
+    return all(np.array_equal(np.asarray(a)[:m], np.asarray(b)) for a, b in zip(leaves(more), leaves(first)))
+
+
+def rescore_run(run_dir: Path, tasks: int, games_dir: Path, expected_iterations: int) -> dict:
+    """One finished run's final policy on its seed's first ``tasks`` held-out tasks."""
+    if not is_finished(run_dir, expected_iterations):
+        raise SystemExit(f"{run_dir}: not a finished run of {expected_iterations} iterations; run its experiment "
+                         "with claims.py first (runs/ is not versioned).")
+    recorded = seed_numbers(read_metrics(run_dir))
+    m = recorded["held_out_tasks"]
+    if not m or m >= tasks:
+        raise SystemExit(f"--tasks={tasks} must exceed the {m} held-out tasks {run_dir} was scored on.")
+    setup, state, it = load_run(run_dir, games_dir=games_dir)
+    if it != expected_iterations:
+        raise SystemExit(f"{run_dir}: its newest checkpoint is iteration {it}, not the final {expected_iterations}.")
+    if not begins_with(setup.held_out_tasks(tasks), setup.held_out_tasks(m), m):
+        raise SystemExit(f"{run_dir}: the environment's first {tasks} held-out tasks do not begin with the {m} "
+                         "the run was scored on, so fresh tasks cannot be told from scored ones.")
+    seed = setup.cfg.seed
+    ev = setup.evaluate(state.params, n_tasks=tasks, seed=RESCORE_KEY + seed)
+    per_task = np.asarray(ev["per_task"])
+    return {"seed": seed, "recorded": recorded["held_out_after"], "scored_tasks": m,
+            "again": float(per_task[:m].mean()), "fresh": float(per_task[m:].mean()), "fresh_tasks": tasks - m,
+            "per_task": ev["per_task"]}
+
+
+def run_key(exp_name: str, arm: str, seed: int) -> str:
+    return f"{exp_name}/{arm}/seed{seed}"
+
+
+def seed_groups(names: list[str]) -> list[tuple[str, list[str]]]:
+    """Each experiment's seeds, then (for several) all of them pooled."""
+    return [(n, [n]) for n in names] + ([("pooled", names)] if len(names) > 1 else [])
+
+
+def sd(x) -> float:
+    return float(np.std(x, ddof=1)) if len(x) > 1 else float("nan")
+
+
+def summarize(seeds: dict[str, list[int]], arms: list[str], contrasts: list, runs: dict) -> dict:
+    """Per arm (all seeds) the recorded, re-sampled and fresh scores; per contrast and seed group the
+    paired differences on the recorded and on the fresh tasks; the evaluation noise on the recorded tasks.
+    ``seeds``: each experiment's seed numbers."""
+    names = list(seeds)
+    rows = lambda group, arm: [runs[run_key(n, arm, s)] for n in group for s in seeds[n]]
+    out = {"arms": {a: {k: mean_ci([r[k] for r in rows(names, a)]) for k in ("recorded", "again", "fresh")}
+                    for a in arms}}
+    noise = [r["recorded"] - r["again"] for a in arms for r in rows(names, a)]
+    sigma = sd(noise) / np.sqrt(2)
+    out["evaluation_noise"] = {"runs": len(noise), "sigma_eval": sigma, "mean_recorded_minus_again": mean_ci(noise)}
+    out["contrasts"] = {}
+    for c in contrasts:
+        by_group = {}
+        for label, group in seed_groups(names):
+            terms = lambda k: paired_combination([(rows(group, arm), w) for arm, w in c.terms], lambda r: r[k])
+            d_rec, d_fresh = terms("recorded"), terms("fresh")
+            by_group[label] = {"seeds": len(d_rec), "recorded": mean_ci(d_rec), "fresh": mean_ci(d_fresh),
+                               "fresh_verdict": verdict(mean_ci(d_fresh)),
+                               "fresh_seeds_above_0": int(np.sum(np.asarray(d_fresh) > 0)),
+                               "sd_recorded": sd(d_rec), "sd_fresh": sd(d_fresh),
+                               "evaluation_share_recorded": float(2 * sigma ** 2 / sd(d_rec) ** 2)
+                               if sd(d_rec) > 0 else float("nan")}
+        out["contrasts"][c.name] = by_group
+    return out
+
+
+def pts(mh) -> str:
+    """A success-rate interval in points."""
+    return fmt((100 * mh[0], 100 * mh[1]), 1)
+
+
+def report(info: dict) -> str:
+    s, names = info["summary"], info["experiments"]
+    span = {n: f"{seeds[0]}-{seeds[-1]}" for n, seeds in info["seeds"].items()}
+    m = sorted({r["scored_tasks"] for r in info["runs"].values()})
+    f = sorted({r["fresh_tasks"] for r in info["runs"].values()})
+    lines = [f"# The final policies of {', '.join(names)} scored again on held-out tasks they were never scored on",
+             "", f"Command: `{info['command']}`  ",
+             f"Every run's final checkpoint ({len(info['runs'])} runs: arms {', '.join(info['arms'])}; seeds "
+             + ", ".join(f"{span[n]} ({n})" for n in names)
+             + f") evaluated on its seed's first {info['tasks']} held-out tasks at the run's temperature, "
+             f"{info['group_size']} samples each: the {'/'.join(map(str, m))} it was scored on (sampled again) and "
+             f"{'/'.join(map(str, f))} fresh ones. Mean +- 95% Student-t half-width over seeds; differences paired "
+             f"per seed; points of success. Evaluation took {info['wall_s'] / 60:.0f} min.", "",
+             "| arm | runs | recorded final score | same tasks, sampled again | fresh tasks |", "|---|---|---|---|---|"]
+    for a, v in s["arms"].items():
+        n = sum(len(x) for x in info["seeds"].values())
+        lines.append(f"| {a} | {n} | {pts(v['recorded'])} | {pts(v['again'])} | {pts(v['fresh'])} |")
+    lines += ["", "| contrast | seeds | on the scored tasks (as recorded) | on the fresh tasks | verdict | "
+              "seeds > 0 | per-seed SD, scored / fresh | evaluation noise's share of the scored SD^2 |",
+              "|---|---|---|---|---|---|---|---|"]
+    for name, groups in s["contrasts"].items():
+        for label, g in groups.items():
+            who = f"{span[label]} ({label})" if label in span else f"all {g['seeds']}"
+            lines.append(f"| {name} | {who} | {pts(g['recorded'])} | {pts(g['fresh'])} | {g['fresh_verdict']} | "
+                         f"{g['fresh_seeds_above_0']}/{g['seeds']} | {100 * g['sd_recorded']:.1f} / "
+                         f"{100 * g['sd_fresh']:.1f} | {g['evaluation_share_recorded']:.2f} |")
+    e = s["evaluation_noise"]
+    lines += ["", f"Evaluation noise of a score on the scored tasks: sigma_eval = SD(recorded - sampled again) / "
+              f"sqrt 2 = {100 * e['sigma_eval']:.1f} points over {e['runs']} runs (recorded - again: "
+              f"{pts(e['mean_recorded_minus_again'])}, which is 0 when neither is biased). A paired difference of "
+              f"two arms on those tasks spreads over seeds by {100 * np.sqrt(2) * e['sigma_eval']:.1f} points from "
+              "evaluation alone; the last column is that variance's share of the observed per-seed variance "
+              "(above 1: the runs' own differences are smaller than the evaluation's noise).", "",
+              f"Machine: {info['machine']}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--experiment", required=True, help="claims experiments, comma-separated (their seeds pool)")
+    p.add_argument("--arms", default=None, help="comma-separated arm labels (default: those every experiment has)")
+    p.add_argument("--contrasts", default=None, help="comma-separated 'a-b' (default: the experiments' own)")
+    p.add_argument("--tasks", type=int, default=32, help="held-out tasks per run, the scored ones included")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per arm, as claims.py ran them (default: each "
+                   "experiment's)")
+    p.add_argument("--iterations", type=int, default=None, help="as claims.py ran them (default: each experiment's)")
+    p.add_argument("--name", default=None, help="results file name (default: <experiments>_rescore)")
+    p.add_argument("--out", default=str(ROOT / "runs" / "claims"), help="where claims.py wrote the runs")
+    p.add_argument("--results", default=str(ROOT / "experiments" / "results"))
+    args = p.parse_args(argv)
+    names = _csv(args.experiment)
+    exps, arms, contrasts = plan(names, _csv(args.arms) if args.arms else None,
+                                 _csv(args.contrasts) if args.contrasts else None)
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"{args.name or '_'.join(names) + '_rescore'}.json"
+    earlier = json.loads(path.read_text()) if path.exists() else {}
+    runs = earlier.get("runs", {}) if earlier.get("tasks") == args.tasks else {}
+    games = Path(args.out) / ".textworld_games"  # one cache for every arm (a game's name holds its recipe)
+    cmd = " ".join(["python experiments/rescore.py", *(sys.argv[1:] if argv is None else argv)])
+    from experiments.bench_advantages import machine
+
+    start, spent = time.perf_counter(), earlier.get("wall_s", 0.0) if runs else 0.0
+    seeds = {n: list(e.seed_ids(args.seeds or e.seeds)) for n, e in zip(names, exps)}
+    info = dict(command=cmd, machine=machine(), experiments=names, seeds=seeds, arms=arms, tasks=args.tasks,
+                group_size=base_config(exps[0], {}, exps[0].iterations).group_size,
+                contrasts=[c.name for c in contrasts], runs=runs)
+    for name, exp in zip(names, exps):
+        for arm in arms:
+            dirs = exp.run_dirs(Path(args.out) / name, arm, len(seeds[name]))
+            for seed, run_dir in dirs.items():
+                if run_key(name, arm, seed) in runs:
+                    continue
+                runs[run_key(name, arm, seed)] = rescore_run(run_dir, args.tasks, games,
+                                                             args.iterations or exp.iterations)
+                info["wall_s"] = spent + time.perf_counter() - start
+                path.write_text(json.dumps(info, indent=2))  # each run's evaluation kept as it finishes
+    info["wall_s"] = spent + time.perf_counter() - start
+    info["summary"] = summarize(seeds, arms, contrasts, runs)
+    path.write_text(json.dumps(info, indent=2))
+    md = report(info)
+    path.with_suffix(".md").write_text(md)
+    print(md)
+    return info
+
+
+if __name__ == "__main__":
+    main()
