@@ -391,6 +391,14 @@ def e2_confirm() -> str:
     return "\n".join(lines)
 
 
+def e2_rescore() -> str:
+    """``rescore.py --experiment e2,e2_confirm``: E2's two confirmation contrasts with every run's final policy
+    scored again, on the held-out games the runs were scored on and on fresh ones after them."""
+    from experiments.rescore import contrast_table  # here: rescore imports claims, which imports this module
+
+    return "\n".join(contrast_table(_load("e2_rescore.json")))
+
+
 TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": compare_sokoban,
           "env_loop": env_loop, "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
@@ -398,7 +406,7 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape,
           "sweep": knob_sweep, "claims_e2": lambda: _claims("e2"), "arms_e2": lambda: _arms("e2"),
           "claims_e1_recipe": lambda: _claims("e1_recipe"), "arms_e1_recipe": lambda: _arms("e1_recipe"),
-          "recipe_ablation": recipe_ablation, "e2_confirm": e2_confirm}
+          "recipe_ablation": recipe_ablation, "e2_confirm": e2_confirm, "e2_rescore": e2_rescore}
 
 
 def render(text: str) -> str:

@@ -9,17 +9,20 @@ held-out tasks: the m it was scored on, sampled again, and the ``--tasks`` - m a
 which no run was scored on and no claim was picked by.
 
 Per run: s_rec, its recorded final score; s_again, the same m tasks sampled again; s_fresh, the
-fresh tasks. A score's evaluation noise on the m tasks (the same policy and tasks, independent
-samples):
+fresh tasks. Two noises sit in a held-out score, and the report gives both:
 
-    sigma_eval^2 = Var(s_rec - s_again) / 2        (over every run)
+- sampling noise (the same policy and tasks, independent samples):
+      sigma_sample^2 = Var(s_rec - s_again) / 2                      (over every run)
+- the held-out tasks' noise: a seed's paired difference of arms on n tasks is the mean over the
+  tasks of the per-task differences d_{s,g} (the arms share the seed's tasks), so the choice and
+  the sampling of the tasks alone spread it over seeds by
+      SD_tasks(n) = sqrt( mean_s Var_g(d_{s,g}) / n )                (Var_g over the seed's N tasks)
+  set beside the observed per-seed SD of the difference on the scored (n = m) and fresh (n = N - m)
+  tasks. Where the two are close, more held-out tasks (not more seeds) narrow an interval.
 
-A paired difference of two arms on those tasks then spreads over seeds by at least
-sqrt(2) * sigma_eval from evaluation alone; its share of the observed spread,
-2 sigma_eval^2 / Var(d_rec), says how much more held-out tasks (rather than more seeds) narrow
-an interval. Every interval: mean +- 95% Student-t half-width over seeds; differences paired
-per seed (the arms of a seed share its tasks and initial policy). Resumable: each run's
-evaluation is written to the results file as it finishes and not repeated.
+Every interval: mean +- 95% Student-t half-width over seeds; differences paired per seed (the arms
+of a seed share its tasks and initial policy). Resumable: each run's evaluation is written to the
+results file as it finishes and not repeated.
 
     python experiments/rescore.py --experiment e2,e2_confirm --tasks 32   # E2's two claims, seeds 0-9
     python experiments/rescore.py --experiment e2 --arms grpo,gated_bepo --tasks 16   # any arms, contrasts
@@ -44,6 +47,7 @@ from bepo_jax.train import load_run, mean_ci, paired_combination, read_metrics  
 from bepo_jax.train.rundir import is_finished  # noqa: E402
 from experiments.claims import (EXPERIMENTS, Contrast, arm_record, base_config, fmt, seed_numbers,  # noqa: E402
                                 verdict)
+from experiments.readme_tables import points  # noqa: E402
 
 RESCORE_KEY = 10_007  # the evaluations' sampling key (+ the seed): the runs' own used seed + iteration
 
@@ -132,70 +136,88 @@ def sd(x) -> float:
 
 
 def summarize(seeds: dict[str, list[int]], arms: list[str], contrasts: list, runs: dict) -> dict:
-    """Per arm (all seeds) the recorded, re-sampled and fresh scores; per contrast and seed group the
-    paired differences on the recorded and on the fresh tasks; the evaluation noise on the recorded tasks.
-    ``seeds``: each experiment's seed numbers."""
+    """Per arm (all seeds) the recorded, re-sampled and fresh scores; the sampling noise; per contrast and
+    seed group the paired differences on the scored and on the fresh tasks, their per-seed SDs and the SDs
+    the held-out tasks alone give them (module docstring). ``seeds``: each experiment's seed numbers."""
     names = list(seeds)
     rows = lambda group, arm: [runs[run_key(n, arm, s)] for n in group for s in seeds[n]]
     out = {"arms": {a: {k: mean_ci([r[k] for r in rows(names, a)]) for k in ("recorded", "again", "fresh")}
                     for a in arms}}
-    noise = [r["recorded"] - r["again"] for a in arms for r in rows(names, a)]
-    sigma = sd(noise) / np.sqrt(2)
-    out["evaluation_noise"] = {"runs": len(noise), "sigma_eval": sigma, "mean_recorded_minus_again": mean_ci(noise)}
+    resampled = [r["recorded"] - r["again"] for a in arms for r in rows(names, a)]
+    out["sampling_noise"] = {"runs": len(resampled), "sigma_sample": sd(resampled) / np.sqrt(2),
+                             "mean_recorded_minus_again": mean_ci(resampled)}
+    counts = {(r["scored_tasks"], r["fresh_tasks"]) for r in runs.values()}
+    if len(counts) != 1:
+        raise SystemExit(f"the runs were scored on different numbers of held-out tasks {sorted(counts)}; rescore "
+                         "experiments that scored alike together.")
+    ((m, f),) = counts
     out["contrasts"] = {}
     for c in contrasts:
         by_group = {}
         for label, group in seed_groups(names):
-            terms = lambda k: paired_combination([(rows(group, arm), w) for arm, w in c.terms], lambda r: r[k])
-            d_rec, d_fresh = terms("recorded"), terms("fresh")
+            per_seed = lambda value: paired_combination([(rows(group, arm), w) for arm, w in c.terms], value)
+            d_rec, d_fresh = per_seed(lambda r: r["recorded"]), per_seed(lambda r: r["fresh"])
+            task_var = float(np.mean([np.var(d, ddof=1) for d in per_seed(lambda r: np.asarray(r["per_task"]))]))
             by_group[label] = {"seeds": len(d_rec), "recorded": mean_ci(d_rec), "fresh": mean_ci(d_fresh),
                                "fresh_verdict": verdict(mean_ci(d_fresh)),
                                "fresh_seeds_above_0": int(np.sum(np.asarray(d_fresh) > 0)),
-                               "sd_recorded": sd(d_rec), "sd_fresh": sd(d_fresh),
-                               "evaluation_share_recorded": float(2 * sigma ** 2 / sd(d_rec) ** 2)
-                               if sd(d_rec) > 0 else float("nan")}
+                               "sd_recorded": sd(d_rec), "sd_fresh": sd(d_fresh), "per_task_variance": task_var,
+                               "sd_tasks_recorded": float(np.sqrt(task_var / m)),
+                               "sd_tasks_fresh": float(np.sqrt(task_var / f))}
         out["contrasts"][c.name] = by_group
     return out
 
 
-def pts(mh) -> str:
-    """A success-rate interval in points."""
-    return fmt((100 * mh[0], 100 * mh[1]), 1)
+def spans(info: dict) -> dict[str, str]:
+    """Each experiment's seed range ("5-9")."""
+    return {n: f"{seeds[0]}-{seeds[-1]}" for n, seeds in info["seeds"].items()}
+
+
+def task_counts(info: dict, key: str) -> str:
+    """The runs' scored (``scored_tasks``) or fresh (``fresh_tasks``) task counts, e.g. "8"."""
+    return "/".join(map(str, sorted({r[key] for r in info["runs"].values()})))
+
+
+def contrast_table(info: dict) -> list[str]:
+    """Each contrast on each seed group: on the tasks the runs were scored on (as recorded) and on the
+    fresh ones, with the per-seed SDs observed and those the held-out tasks alone give."""
+    span, m, f = spans(info), task_counts(info, "scored_tasks"), task_counts(info, "fresh_tasks")
+    lines = [f"| contrast | seeds | on the {m} scored tasks (as recorded) | on the {f} fresh tasks | verdict | "
+             "seeds > 0 | per-seed SD, scored / fresh | SD from the held-out tasks alone, scored / fresh |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, groups in info["summary"]["contrasts"].items():
+        for label, g in groups.items():
+            who = f"{span[label]} ({label})" if label in span else f"all {g['seeds']}"
+            lines.append(f"| {name} | {who} | {points(g['recorded'])} | {points(g['fresh'])} | {g['fresh_verdict']} "
+                         f"| {g['fresh_seeds_above_0']}/{g['seeds']} | {100 * g['sd_recorded']:.1f} / "
+                         f"{100 * g['sd_fresh']:.1f} | {100 * g['sd_tasks_recorded']:.1f} / "
+                         f"{100 * g['sd_tasks_fresh']:.1f} |")
+    return lines
 
 
 def report(info: dict) -> str:
-    s, names = info["summary"], info["experiments"]
-    span = {n: f"{seeds[0]}-{seeds[-1]}" for n, seeds in info["seeds"].items()}
-    m = sorted({r["scored_tasks"] for r in info["runs"].values()})
-    f = sorted({r["fresh_tasks"] for r in info["runs"].values()})
+    s, names, span = info["summary"], info["experiments"], spans(info)
     lines = [f"# The final policies of {', '.join(names)} scored again on held-out tasks they were never scored on",
              "", f"Command: `{info['command']}`  ",
              f"Every run's final checkpoint ({len(info['runs'])} runs: arms {', '.join(info['arms'])}; seeds "
              + ", ".join(f"{span[n]} ({n})" for n in names)
              + f") evaluated on its seed's first {info['tasks']} held-out tasks at the run's temperature, "
-             f"{info['group_size']} samples each: the {'/'.join(map(str, m))} it was scored on (sampled again) and "
-             f"{'/'.join(map(str, f))} fresh ones. Mean +- 95% Student-t half-width over seeds; differences paired "
-             f"per seed; points of success. Evaluation took {info['wall_s'] / 60:.0f} min.", "",
-             "| arm | runs | recorded final score | same tasks, sampled again | fresh tasks |", "|---|---|---|---|---|"]
+             f"{info['group_size']} samples each: the {task_counts(info, 'scored_tasks')} it was scored on (sampled "
+             f"again) and {task_counts(info, 'fresh_tasks')} fresh ones. Mean +- 95% Student-t half-width over "
+             f"seeds; differences paired per seed, in points of success. Evaluation took {info['wall_s'] / 60:.0f} "
+             "min.", "", "| arm | runs | recorded final success | same tasks, sampled again | fresh tasks |",
+             "|---|---|---|---|---|"]
     for a, v in s["arms"].items():
         n = sum(len(x) for x in info["seeds"].values())
-        lines.append(f"| {a} | {n} | {pts(v['recorded'])} | {pts(v['again'])} | {pts(v['fresh'])} |")
-    lines += ["", "| contrast | seeds | on the scored tasks (as recorded) | on the fresh tasks | verdict | "
-              "seeds > 0 | per-seed SD, scored / fresh | evaluation noise's share of the scored SD^2 |",
-              "|---|---|---|---|---|---|---|---|"]
-    for name, groups in s["contrasts"].items():
-        for label, g in groups.items():
-            who = f"{span[label]} ({label})" if label in span else f"all {g['seeds']}"
-            lines.append(f"| {name} | {who} | {pts(g['recorded'])} | {pts(g['fresh'])} | {g['fresh_verdict']} | "
-                         f"{g['fresh_seeds_above_0']}/{g['seeds']} | {100 * g['sd_recorded']:.1f} / "
-                         f"{100 * g['sd_fresh']:.1f} | {g['evaluation_share_recorded']:.2f} |")
-    e = s["evaluation_noise"]
-    lines += ["", f"Evaluation noise of a score on the scored tasks: sigma_eval = SD(recorded - sampled again) / "
-              f"sqrt 2 = {100 * e['sigma_eval']:.1f} points over {e['runs']} runs (recorded - again: "
-              f"{pts(e['mean_recorded_minus_again'])}, which is 0 when neither is biased). A paired difference of "
-              f"two arms on those tasks spreads over seeds by {100 * np.sqrt(2) * e['sigma_eval']:.1f} points from "
-              "evaluation alone; the last column is that variance's share of the observed per-seed variance "
-              "(above 1: the runs' own differences are smaller than the evaluation's noise).", "",
+        lines.append(f"| {a} | {n} | {fmt(v['recorded'])} | {fmt(v['again'])} | {fmt(v['fresh'])} |")
+    lines += ["", *contrast_table(info)]
+    e = s["sampling_noise"]
+    lines += ["", "SD from the held-out tasks alone: sqrt(mean over seeds of the variance over the seed's "
+              f"{info['tasks']} tasks of the per-task paired difference / the task count): how far a seed's difference "
+              "on that many tasks spreads around the same two policies' difference over all tasks. Of it, "
+              f"sampling the same tasks again: SD(recorded - sampled again) / sqrt 2 = {100 * e['sigma_sample']:.1f} "
+              f"points per score over {e['runs']} runs (recorded - again {points(e['mean_recorded_minus_again'])}, "
+              "0 when neither is biased).", "",
               f"Machine: {info['machine']}"]
     return "\n".join(lines) + "\n"
 

@@ -44,9 +44,14 @@ def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(run
     assert g["seeds"] == 2 and g["fresh"][0] == pytest.approx(np.mean(d))
     assert g["fresh_seeds_above_0"] == sum(x > 0 for x in d)
     noise = [r["recorded"] - r["again"] for r in info["runs"].values()]
-    assert info["summary"]["evaluation_noise"]["sigma_eval"] == pytest.approx(np.std(noise, ddof=1) / np.sqrt(2))
+    assert info["summary"]["sampling_noise"]["sigma_sample"] == pytest.approx(np.std(noise, ddof=1) / np.sqrt(2))
+    # the held-out tasks' noise: the per-task paired differences' variance over a seed's 7 tasks, over 4 or 3
+    per_task = lambda arm, s: np.asarray(info["runs"][f"e1/{arm}/seed{s}"]["per_task"])
+    v = np.mean([np.var(per_task("grpo", s) - per_task("gated_bepo", s), ddof=1) for s in (0, 1)])
+    assert (g["sd_tasks_recorded"], g["sd_tasks_fresh"]) == pytest.approx((np.sqrt(v / 4), np.sqrt(v / 3)))
+    assert g["sd_fresh"] == pytest.approx(np.std(d, ddof=1))
     md = (runs / "res" / "e1_rescore.md").read_text()
-    assert "| grpo - gated_bepo | 0-1 (e1) |" in md and "sigma_eval" in md
+    assert "| grpo - gated_bepo | 0-1 (e1) |" in md and "SD from the held-out tasks alone" in md
     # resumable: finished evaluations are read back, not repeated
     monkeypatch.setattr(rescore, "rescore_run", lambda *a, **k: pytest.fail("evaluated again"))
     assert rescore.main(args)["runs"] == info["runs"]
