@@ -1,4 +1,5 @@
-"""Is 3e-3 the right default learning rate? The main job at several learning rates, seeds vmapped.
+"""Is 3e-3 the right default learning rate? The default Sokoban run (`RunConfig()`, the earlier main job;
+`make train` now runs the recipe at 1e-3) at several learning rates, seeds vmapped.
 
 For each learning rate, S seeds of the default Sokoban run (``RunConfig()``: Gated-BEPO,
 60 iterations) as one program (``train_seeds``; one ordinary run directory per seed under
@@ -84,7 +85,7 @@ def main(argv=None):
                 wall_s=wall, rates={f"{lr:g}": v for lr, v in table.items()})
     (out / "learning_rate.json").write_text(json.dumps(info, indent=2))
     f = lambda mh, d=3: "n/a" if np.isnan(mh[0]) else f"{mh[0]:.{d}f}" + ("" if np.isnan(mh[1]) else f" +- {mh[1]:.{d}f}")
-    lines = ["# The main job's learning rate", "", f"Command: `{cmd}`  ",
+    lines = ["# The default run's learning rate (RunConfig(); the earlier main job)", "", f"Command: `{cmd}`  ",
              f"Default Sokoban run (Gated-BEPO), {args.iterations} iterations, {args.seeds} seeds per rate "
              f"(vmapped); mean +- 95% t-interval over seeds; every run started is in the table. "
              f"Collapsed = one action above {COLLAPSE:.0%} of an iteration's sampled steps. Wall {wall / 60:.0f} min.", "",
