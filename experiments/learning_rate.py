@@ -10,7 +10,7 @@ paired change per seed against its start), the entropy of the sampled actions
 minimum and at the end, and how many seeds collapsed (one action above 90% of the sampled
 steps in some iteration) and when. Writes ``experiments/results/learning_rate.{json,md}``.
 
-    python experiments/learning_rate.py                      # 3 rates x 4 seeds, ~30 min on 2 CPU cores
+    python experiments/learning_rate.py                      # 3 rates x 4 seeds, ~10 min on 2 CPU cores
     python experiments/learning_rate.py --rates 3e-3 --seeds 2 --iterations 4   # smoke
 """
 

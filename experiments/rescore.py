@@ -47,7 +47,7 @@ from bepo_jax.train import load_run, mean_ci, paired_combination, read_metrics  
 from bepo_jax.train.rundir import is_finished  # noqa: E402
 from experiments.claims import (EXPERIMENTS, Contrast, arm_record, base_config, fmt, seed_numbers,  # noqa: E402
                                 verdict)
-from experiments.readme_tables import points  # noqa: E402
+from experiments.readme_tables import points, rescore_contrasts, rescore_spans, task_counts  # noqa: E402
 
 RESCORE_KEY = 10_007  # the evaluations' sampling key (+ the seed): the runs' own used seed + iteration
 
@@ -168,35 +168,8 @@ def summarize(seeds: dict[str, list[int]], arms: list[str], contrasts: list, run
     return out
 
 
-def spans(info: dict) -> dict[str, str]:
-    """Each experiment's seed range ("5-9")."""
-    return {n: f"{seeds[0]}-{seeds[-1]}" for n, seeds in info["seeds"].items()}
-
-
-def task_counts(info: dict, key: str) -> str:
-    """The runs' scored (``scored_tasks``) or fresh (``fresh_tasks``) task counts, e.g. "8"."""
-    return "/".join(map(str, sorted({r[key] for r in info["runs"].values()})))
-
-
-def contrast_table(info: dict) -> list[str]:
-    """Each contrast on each seed group: on the tasks the runs were scored on (as recorded) and on the
-    fresh ones, with the per-seed SDs observed and those the held-out tasks alone give."""
-    span, m, f = spans(info), task_counts(info, "scored_tasks"), task_counts(info, "fresh_tasks")
-    lines = [f"| contrast | seeds | on the {m} scored tasks (as recorded) | on the {f} fresh tasks | verdict | "
-             "seeds > 0 | per-seed SD, scored / fresh | SD from the held-out tasks alone, scored / fresh |",
-             "|---|---|---|---|---|---|---|---|"]
-    for name, groups in info["summary"]["contrasts"].items():
-        for label, g in groups.items():
-            who = f"{span[label]} ({label})" if label in span else f"all {g['seeds']}"
-            lines.append(f"| {name} | {who} | {points(g['recorded'])} | {points(g['fresh'])} | {g['fresh_verdict']} "
-                         f"| {g['fresh_seeds_above_0']}/{g['seeds']} | {100 * g['sd_recorded']:.1f} / "
-                         f"{100 * g['sd_fresh']:.1f} | {100 * g['sd_tasks_recorded']:.1f} / "
-                         f"{100 * g['sd_tasks_fresh']:.1f} |")
-    return lines
-
-
 def report(info: dict) -> str:
-    s, names, span = info["summary"], info["experiments"], spans(info)
+    s, names, span = info["summary"], info["experiments"], rescore_spans(info)
     lines = [f"# The final policies of {', '.join(names)} scored again on held-out tasks they were never scored on",
              "", f"Command: `{info['command']}`  ",
              f"Every run's final checkpoint ({len(info['runs'])} runs: arms {', '.join(info['arms'])}; seeds "
@@ -210,7 +183,7 @@ def report(info: dict) -> str:
     for a, v in s["arms"].items():
         n = sum(len(x) for x in info["seeds"].values())
         lines.append(f"| {a} | {n} | {fmt(v['recorded'])} | {fmt(v['again'])} | {fmt(v['fresh'])} |")
-    lines += ["", *contrast_table(info)]
+    lines += ["", *rescore_contrasts(info)]
     e = s["sampling_noise"]
     lines += ["", "SD from the held-out tasks alone: sqrt(mean over seeds of the variance over the seed's "
               f"{info['tasks']} tasks of the per-task paired difference / the task count): how far a seed's difference "
