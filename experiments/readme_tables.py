@@ -419,10 +419,10 @@ def rescore_contrasts(info: dict) -> list[str]:
     return lines
 
 
-def e2_rescore() -> str:
-    """``rescore.py --experiment e2,e2_confirm``: E2's two confirmation contrasts with every run's final policy
-    scored again, on the held-out games the runs were scored on and on fresh ones after them."""
-    return "\n".join(rescore_contrasts(_load("e2_rescore.json")))
+def _rescore(name: str) -> str:
+    """A ``rescore.py`` result (``experiments/results/<name>.json``; E2's: every run's final policy scored
+    again, on the held-out games the runs were scored on and on fresh ones after them)."""
+    return "\n".join(rescore_contrasts(_load(f"{name}.json")))
 
 
 TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": compare_sokoban,
@@ -432,7 +432,8 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "start_e1_hard": lambda: start_effect("e1_hard_uniform", "e1_hard"), "collapse_escape": collapse_escape,
           "sweep": knob_sweep, "claims_e2": lambda: _claims("e2"), "arms_e2": lambda: _arms("e2"),
           "claims_e1_recipe": lambda: _claims("e1_recipe"), "arms_e1_recipe": lambda: _arms("e1_recipe"),
-          "recipe_ablation": recipe_ablation, "e2_confirm": e2_confirm, "e2_rescore": e2_rescore}
+          "recipe_ablation": recipe_ablation, "e2_confirm": e2_confirm,
+          "e2_rescore": lambda: _rescore("e2_rescore"), "e2_claims_rescore": lambda: _rescore("e2_claims_rescore")}
 
 
 def render(text: str) -> str:

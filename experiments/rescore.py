@@ -24,7 +24,7 @@ Every interval: mean +- 95% Student-t half-width over seeds; differences paired 
 of a seed share its tasks and initial policy). Resumable: each run's evaluation is written to the
 results file as it finishes and not repeated.
 
-    python experiments/rescore.py --experiment e2,e2_confirm --tasks 32   # E2's two claims, seeds 0-9
+    python experiments/rescore.py --experiment e2,e2_confirm --tasks 32 --name e2_rescore   # E2's two claims
     python experiments/rescore.py --experiment e2 --arms grpo,gated_bepo --tasks 16   # any arms, contrasts
 """
 
