@@ -82,7 +82,7 @@ import numpy as np  # noqa: E402
 from bepo_jax.envs.registry import is_host_env  # noqa: E402
 from bepo_jax.envs.sokoban import SokobanConfig, SokobanEnv  # noqa: E402
 from bepo_jax.train import RunConfig, mean_ci, paired_combination, read_metrics, train, train_seeds  # noqa: E402
-from bepo_jax.train.rundir import is_finished  # noqa: E402
+from bepo_jax.train.rundir import is_finished_run_of  # noqa: E402
 from experiments.learning_rate import COLLAPSE, action_curves  # noqa: E402
 from experiments.readme_tables import collapsed_seeds, points  # noqa: E402
 
@@ -356,7 +356,7 @@ def run_arm(exp: Experiment, arm: Arm, base: RunConfig, seeds: int, out: Path, *
             ) -> list[dict]:
     cfg = arm_config(base, arm)
     dirs = exp.run_dirs(out, arm.label, seeds)
-    todo = [s for s, d in dirs.items() if not is_finished(d, cfg.iterations)]
+    todo = [s for s, d in dirs.items() if not is_finished_run_of(d, cfg.replace(seed=s))]
     if todo and not is_host_env(cfg.env):
         train_seeds(cfg, todo, [dirs[s] for s in todo], resume=True, progress=progress, mesh=mesh)
     for s in todo if is_host_env(cfg.env) else ():
@@ -579,9 +579,15 @@ def main(argv: Optional[list[str]] = None) -> dict:
     results = Path(args.results)
     # arms already reported (this file's earlier version), then the finished runs here, then the ones run now
     found = earlier_arms(results / f"{args.experiment}.json", exp, base, args.seeds, args.scale)
-    dirs = {a.label: exp.run_dirs(out, a.label, args.seeds).values() for a in exp.arms}
-    local = {label: [seed_numbers(read_metrics(d)) for d in ds] for label, ds in dirs.items()
-             if all(is_finished(d, iterations) for d in ds)}
+    local = {}
+    for a in exp.arms:
+        ds = exp.run_dirs(out, a.label, args.seeds)
+        try:
+            done = [is_finished_run_of(d, arm_config(base, a).replace(seed=s)) for s, d in ds.items()]
+        except ValueError as e:
+            raise SystemExit(f"--out: {e}") from None
+        if all(done):
+            local[a.label] = [seed_numbers(read_metrics(d)) for d in ds.values()]
     earlier = [label for label in found if label not in local]
     known = {**found, **local}
     in_order = lambda: {a.label: known[a.label] for a in exp.arms if a.label in known}

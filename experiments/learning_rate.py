@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from bepo_jax.train import RunConfig, mean_ci, read_metrics, train_seeds  # noqa: E402
-from bepo_jax.train.rundir import is_finished  # noqa: E402
+from bepo_jax.train.rundir import is_finished_run_of  # noqa: E402
 from experiments.bench_advantages import machine  # noqa: E402
 
 COLLAPSE = 0.9
@@ -67,7 +67,7 @@ def main(argv=None):
     for lr in rates:
         cfg = RunConfig(learning_rate=lr, iterations=args.iterations)
         dirs = [Path(args.out) / f"lr{lr:g}" / f"seed{s}" for s in range(args.seeds)]
-        todo = [i for i, d in enumerate(dirs) if not is_finished(d, cfg.iterations)]
+        todo = [i for i, d in enumerate(dirs) if not is_finished_run_of(d, cfg.replace(seed=i))]
         if todo:
             train_seeds(cfg, todo, [dirs[i] for i in todo], resume=True, progress=False)
         per_seed = [seed_numbers(read_metrics(d)) for d in dirs]

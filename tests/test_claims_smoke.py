@@ -51,6 +51,11 @@ def test_claims_smoke_writes_results_and_resumes(tmp_path):
     before = metrics.stat().st_mtime_ns
     claims.main(args)
     assert metrics.stat().st_mtime_ns == before
+    # ... but never in place of another config's: the same --out with 8 held-out tasks is refused, naming the field
+    more = [*args[:args.index("--eval-tasks") + 1], "8", *args[args.index("--eval-tasks") + 2:]]
+    with pytest.raises(SystemExit, match=r"differs from the one asked for in \['eval_tasks'\]"):
+        claims.main([*more, "--report-only"])
+    assert metrics.stat().st_mtime_ns == before
     # a checkout without gated_bepo's run directories: its numbers come from the results file's earlier
     # version, and a run of another arm adds to the report instead of replacing it
     shutil.rmtree(tmp_path / "runs" / "e1" / "gated_bepo")

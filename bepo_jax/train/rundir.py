@@ -49,6 +49,20 @@ def is_finished(run_dir: str | Path, iterations: int) -> bool:
     return bool(done) and done[-1]["iteration"] >= iterations and "eval/success_rate" in done[-1]
 
 
+def is_finished_run_of(run_dir: str | Path, cfg: RunConfig) -> bool:
+    """``run_dir`` holds ``cfg``'s run, finished (``is_finished``). A finished run of another config
+    raises: reading it in place of ``cfg``'s would report something else (another eval_tasks, groups,
+    estimator config, ...) under ``cfg``'s name."""
+    if not is_finished(run_dir, cfg.iterations):
+        return False
+    stored = RunConfig.from_stored(json.loads((Path(run_dir) / "config.json").read_text()))
+    if stored != cfg:
+        diff = sorted(k for k, v in cfg.to_dict().items() if stored.to_dict()[k] != v)
+        raise ValueError(f"{run_dir} holds a finished run whose config differs from the one asked for in {diff}; "
+                         "choose another --out, or move that run directory away.")
+    return True
+
+
 def prepare(cfg: RunConfig, out: Path, *, resume: bool) -> RunConfig:
     """Check ``out`` against ``cfg`` and write config.json; returns the config to run
     (on resume: the stored one, with the new ``iterations``)."""
