@@ -340,6 +340,11 @@ def summarize(per_arm: dict[str, list[dict]], reference: str) -> dict:
 
 
 # -- running -------------------------------------------------------------------------
+def scale_fields(scale: str, groups: Optional[int] = None, eval_tasks: Optional[int] = None) -> dict:
+    """The RunConfig fields of a scale (``SCALES``), with ``--groups`` / ``--eval-tasks`` over them."""
+    return {**SCALES[scale], **{k: v for k, v in (("groups", groups), ("eval_tasks", eval_tasks)) if v is not None}}
+
+
 def base_config(exp: Experiment, scale: dict, iterations: int) -> RunConfig:
     """An experiment's config before its arms: its base, the scale's fields over it, evaluation every
     ``exp.eval_every`` iterations (at most ``iterations``) and a checkpoint every 10."""
@@ -557,9 +562,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     if args.seeds < 1:
         raise SystemExit(f"--seeds={args.seeds} must be >= 1.")
     iterations = args.iterations or exp.iterations
-    scale = dict(SCALES[args.scale])
-    scale.update({k: v for k, v in (("groups", args.groups), ("eval_tasks", args.eval_tasks)) if v is not None})
-    base = base_config(exp, scale, iterations)
+    base = base_config(exp, scale_fields(args.scale, args.groups, args.eval_tasks), iterations)
     mesh = None
     if args.distributed:
         from bepo_jax.rl.multihost import initialize

@@ -43,10 +43,10 @@ sys.path.insert(0, str(ROOT))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bepo_jax.train import load_run, mean_ci, paired_combination, read_metrics  # noqa: E402
-from bepo_jax.train.rundir import is_finished  # noqa: E402
-from experiments.claims import (EXPERIMENTS, Contrast, arm_record, base_config, fmt, seed_numbers,  # noqa: E402
-                                verdict)
+from bepo_jax.train import RunConfig, load_run, mean_ci, paired_combination, read_metrics  # noqa: E402
+from bepo_jax.train.rundir import is_finished_run_of  # noqa: E402
+from experiments.claims import (EXPERIMENTS, SCALES, Contrast, arm_config, arm_record, base_config, fmt,  # noqa: E402
+                                scale_fields, seed_numbers, verdict)
 from experiments.readme_tables import points, rescore_contrasts, rescore_spans, task_counts  # noqa: E402
 
 RESCORE_KEY = 10_007  # the evaluations' sampling key (+ the seed): the runs' own used seed + iteration
@@ -99,18 +99,23 @@ def begins_with(more, first, m: int) -> bool:
     return all(np.array_equal(np.asarray(a)[:m], np.asarray(b)) for a, b in zip(leaves(more), leaves(first)))
 
 
-def rescore_run(run_dir: Path, tasks: int, games_dir: Path, expected_iterations: int) -> dict:
-    """One finished run's final policy on its seed's first ``tasks`` held-out tasks."""
-    if not is_finished(run_dir, expected_iterations):
-        raise SystemExit(f"{run_dir}: not a finished run of {expected_iterations} iterations; run its experiment "
+def rescore_run(run_dir: Path, cfg: RunConfig, tasks: int, games_dir: Path) -> dict:
+    """One finished run of ``cfg`` (an arm's config for one seed): its final policy on the seed's first
+    ``tasks`` held-out tasks."""
+    try:
+        finished = is_finished_run_of(run_dir, cfg)
+    except ValueError as e:
+        raise SystemExit(f"--out: {e}") from None
+    if not finished:
+        raise SystemExit(f"{run_dir}: not a finished run of {cfg.iterations} iterations; run its experiment "
                          "with claims.py first (runs/ is not versioned).")
     recorded = seed_numbers(read_metrics(run_dir))
     m = recorded["held_out_tasks"]
     if not m or m >= tasks:
         raise SystemExit(f"--tasks={tasks} must exceed the {m} held-out tasks {run_dir} was scored on.")
     setup, state, it = load_run(run_dir, games_dir=games_dir)
-    if it != expected_iterations:
-        raise SystemExit(f"{run_dir}: its newest checkpoint is iteration {it}, not the final {expected_iterations}.")
+    if it != cfg.iterations:
+        raise SystemExit(f"{run_dir}: its newest checkpoint is iteration {it}, not the final {cfg.iterations}.")
     if not begins_with(setup.held_out_tasks(tasks), setup.held_out_tasks(m), m):
         raise SystemExit(f"{run_dir}: the environment's first {tasks} held-out tasks do not begin with the {m} "
                          "the run was scored on, so fresh tasks cannot be told from scored ones.")
@@ -204,6 +209,9 @@ def main(argv: Optional[list[str]] = None) -> dict:
     p.add_argument("--seeds", type=int, default=None, help="seeds per arm, as claims.py ran them (default: each "
                    "experiment's)")
     p.add_argument("--iterations", type=int, default=None, help="as claims.py ran them (default: each experiment's)")
+    p.add_argument("--scale", choices=sorted(SCALES), default="cpu", help="as claims.py ran them")
+    p.add_argument("--groups", type=int, default=None, help="as claims.py ran them (smoke runs)")
+    p.add_argument("--eval-tasks", type=int, default=None, help="as claims.py ran them (smoke runs)")
     p.add_argument("--name", default=None, help="results file name (default: <experiments>_rescore)")
     p.add_argument("--out", default=str(ROOT / "runs" / "claims"), help="where claims.py wrote the runs")
     p.add_argument("--results", default=str(ROOT / "experiments" / "results"))
@@ -222,19 +230,19 @@ def main(argv: Optional[list[str]] = None) -> dict:
 
     start, spent = time.perf_counter(), earlier.get("wall_s", 0.0) if runs else 0.0
     seeds = {n: list(e.seed_ids(args.seeds or e.seeds)) for n, e in zip(names, exps)}
+    scale = scale_fields(args.scale, args.groups, args.eval_tasks)
     info = dict(command=cmd, machine=machine(), experiments=names, seeds=seeds, arms=arms, tasks=args.tasks,
-                group_size=base_config(exps[0], {}, exps[0].iterations).group_size,
+                group_size=base_config(exps[0], scale, exps[0].iterations).group_size,
                 contrasts=[c.name for c in contrasts], runs=runs)
     for name, exp in zip(names, exps):
-        for arm in arms:
-            dirs = exp.run_dirs(Path(args.out) / name, arm, len(seeds[name]))
-            for seed, run_dir in dirs.items():
-                if run_key(name, arm, seed) in runs:
-                    continue
-                runs[run_key(name, arm, seed)] = rescore_run(run_dir, args.tasks, games,
-                                                             args.iterations or exp.iterations)
-                info["wall_s"] = spent + time.perf_counter() - start
-                path.write_text(json.dumps(info, indent=2))  # each run's evaluation kept as it finishes
+        base = base_config(exp, scale, args.iterations or exp.iterations)
+        for arm in [a for a in exp.arms if a.label in arms]:
+            for seed, run_dir in exp.run_dirs(Path(args.out) / name, arm.label, len(seeds[name])).items():
+                if run_key(name, arm.label, seed) not in runs:
+                    cfg = arm_config(base, arm).replace(seed=seed)
+                    runs[run_key(name, arm.label, seed)] = rescore_run(run_dir, cfg, args.tasks, games)
+                    info["wall_s"] = spent + time.perf_counter() - start
+                    path.write_text(json.dumps(info, indent=2))  # each run's evaluation kept as it finishes
     info["wall_s"] = spent + time.perf_counter() - start
     info["summary"] = summarize(seeds, arms, contrasts, runs)
     path.write_text(json.dumps(info, indent=2))

@@ -21,7 +21,7 @@ def runs(tmp_path_factory):
 
 def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(runs, monkeypatch):
     args = ["--experiment", "e1", "--arms", "grpo,gated_bepo", "--seeds", "2", "--iterations", "2", "--tasks", "7",
-            "--out", str(runs / "runs"), "--results", str(runs / "res")]
+            "--groups", "2", "--eval-tasks", "4", "--out", str(runs / "runs"), "--results", str(runs / "res")]
     info = rescore.main(args)
     recorded = json.loads((runs / "res" / "e1.json").read_text())["per_seed"]
     assert sorted(info["runs"]) == [f"e1/{a}/seed{s}" for a in ("gated_bepo", "grpo") for s in (0, 1)]
@@ -59,11 +59,13 @@ def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(run
 
 def test_rescore_refuses_what_it_cannot_measure(runs):
     base = ["--experiment", "e1", "--arms", "grpo,gated_bepo", "--seeds", "2", "--iterations", "2",
-            "--out", str(runs / "runs"), "--results", str(runs / "other")]
+            "--out", str(runs / "runs"), "--results", str(runs / "other"), "--groups", "2", "--eval-tasks", "4"]
     with pytest.raises(SystemExit, match="must exceed the 4 held-out tasks"):
         rescore.main([*base, "--tasks", "4"])
     with pytest.raises(SystemExit, match="not a finished run of 3 iterations"):
         rescore.main([*base[:7], "3", *base[8:], "--tasks", "6"])
+    with pytest.raises(SystemExit, match=r"differs from the one asked for in \['groups'\]"):  # not the arm's runs
+        rescore.main([*base[:-4], "--eval-tasks", "4", "--tasks", "6"])
     with pytest.raises(SystemExit, match="--arms"):
         rescore.main([*base[:2], "--arms", "grpo,nope", *base[4:]])
     with pytest.raises(SystemExit, match="their base configs differ"):
