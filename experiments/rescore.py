@@ -25,7 +25,7 @@ of a seed share its tasks and initial policy). Resumable: each run's evaluation 
 results file as it finishes and not repeated.
 
     python experiments/rescore.py --experiment e2,e2_confirm --tasks 32 --name e2_rescore   # E2's two claims
-    python experiments/rescore.py --experiment e2 --arms grpo,gated_bepo --tasks 16   # any arms, contrasts
+    python experiments/rescore.py --experiment e2 --arms grpo,gated_bepo --tasks 16 --name e2_grpo_16
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def summarize(seeds: dict[str, list[int]], arms: list[str], contrasts: list, run
     resampled = [r["recorded"] - r["again"] for a in arms for r in rows(names, a)]
     out["sampling_noise"] = {"runs": len(resampled), "sigma_sample": sd(resampled) / np.sqrt(2),
                              "mean_recorded_minus_again": mean_ci(resampled)}
-    counts = {(r["scored_tasks"], r["fresh_tasks"]) for r in runs.values()}
+    counts = {(r["scored_tasks"], r["fresh_tasks"]) for a in arms for r in rows(names, a)}
     if len(counts) != 1:
         raise SystemExit(f"the runs were scored on different numbers of held-out tasks {sorted(counts)}; rescore "
                          "experiments that scored alike together.")
@@ -223,7 +223,10 @@ def main(argv: Optional[list[str]] = None) -> dict:
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"{args.name or '_'.join(names) + '_rescore'}.json"
     earlier = json.loads(path.read_text()) if path.exists() else {}
-    runs = earlier.get("runs", {}) if earlier.get("tasks") == args.tasks else {}
+    if earlier and (earlier.get("experiments") != names or earlier.get("tasks") != args.tasks):
+        raise SystemExit(f"{path} holds another rescoring ({','.join(earlier.get('experiments', []))}, --tasks "
+                         f"{earlier.get('tasks')}); pass another --name to keep it.")
+    runs = earlier.get("runs", {})
     games = Path(args.out) / ".textworld_games"  # one cache for every arm (a game's name holds its recipe)
     cmd = " ".join(["python experiments/rescore.py", *(sys.argv[1:] if argv is None else argv)])
     from experiments.bench_advantages import machine

@@ -55,6 +55,10 @@ def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(run
     # resumable: finished evaluations are read back, not repeated
     monkeypatch.setattr(rescore, "rescore_run", lambda *a, **k: pytest.fail("evaluated again"))
     assert rescore.main(args)["runs"] == info["runs"]
+    # and never overwritten by another rescoring under the same name
+    with pytest.raises(SystemExit, match="holds another rescoring"):
+        rescore.main([*args[:args.index("--tasks") + 1], "6", *args[args.index("--tasks") + 2:]])
+    assert json.loads((runs / "res" / "e1_rescore.json").read_text())["runs"] == info["runs"]
 
 
 def test_rescore_refuses_what_it_cannot_measure(runs):
