@@ -357,11 +357,19 @@ def arm_config(base: RunConfig, arm: Arm) -> RunConfig:
     return base.replace(estimator=arm.estimator, estimator_config=dict(arm.config), **arm.run)
 
 
+def finished_run(run_dir: Path, cfg: RunConfig) -> bool:
+    """``rundir.is_finished_run_of``, with a finished run of another config refused as an ``--out`` error."""
+    try:
+        return is_finished_run_of(run_dir, cfg)
+    except ValueError as e:
+        raise SystemExit(f"--out: {e}") from None
+
+
 def run_arm(exp: Experiment, arm: Arm, base: RunConfig, seeds: int, out: Path, *, progress: bool, mesh=None
             ) -> list[dict]:
     cfg = arm_config(base, arm)
     dirs = exp.run_dirs(out, arm.label, seeds)
-    todo = [s for s, d in dirs.items() if not is_finished_run_of(d, cfg.replace(seed=s))]
+    todo = [s for s, d in dirs.items() if not finished_run(d, cfg.replace(seed=s))]
     if todo and not is_host_env(cfg.env):
         train_seeds(cfg, todo, [dirs[s] for s in todo], resume=True, progress=progress, mesh=mesh)
     for s in todo if is_host_env(cfg.env) else ():
@@ -585,11 +593,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     local = {}
     for a in exp.arms:
         ds = exp.run_dirs(out, a.label, args.seeds)
-        try:
-            done = [is_finished_run_of(d, arm_config(base, a).replace(seed=s)) for s, d in ds.items()]
-        except ValueError as e:
-            raise SystemExit(f"--out: {e}") from None
-        if all(done):
+        if all([finished_run(d, arm_config(base, a).replace(seed=s)) for s, d in ds.items()]):
             local[a.label] = [seed_numbers(read_metrics(d)) for d in ds.values()]
     earlier = [label for label in found if label not in local]
     known = {**found, **local}

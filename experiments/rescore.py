@@ -44,9 +44,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bepo_jax.train import RunConfig, load_run, mean_ci, paired_combination, read_metrics  # noqa: E402
-from bepo_jax.train.rundir import is_finished_run_of  # noqa: E402
-from experiments.claims import (EXPERIMENTS, SCALES, Contrast, arm_config, arm_record, base_config, fmt,  # noqa: E402
-                                scale_fields, seed_numbers, verdict)
+from experiments.claims import (EXPERIMENTS, SCALES, Contrast, arm_config, arm_record, base_config,  # noqa: E402
+                                finished_run, fmt, scale_fields, seed_numbers, verdict)
 from experiments.readme_tables import points, rescore_contrasts, rescore_spans, task_counts  # noqa: E402
 
 RESCORE_KEY = 10_007  # the evaluations' sampling key (+ the seed): the runs' own used seed + iteration
@@ -102,11 +101,7 @@ def begins_with(more, first, m: int) -> bool:
 def rescore_run(run_dir: Path, cfg: RunConfig, tasks: int, games_dir: Path) -> dict:
     """One finished run of ``cfg`` (an arm's config for one seed): its final policy on the seed's first
     ``tasks`` held-out tasks."""
-    try:
-        finished = is_finished_run_of(run_dir, cfg)
-    except ValueError as e:
-        raise SystemExit(f"--out: {e}") from None
-    if not finished:
+    if not finished_run(run_dir, cfg):
         raise SystemExit(f"{run_dir}: not a finished run of {cfg.iterations} iterations; run its experiment "
                          "with claims.py first (runs/ is not versioned).")
     recorded = seed_numbers(read_metrics(run_dir))
