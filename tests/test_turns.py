@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from bepo_jax import reference as ref
-from bepo_jax.integrations.turns import Turn, group_step_advantages, outcome_code, token_advantages
+from bepo_jax.integrations.turns import (Turn, add_trajectory_reward, bucket, credit_for_groups, group_step_advantages,
+                                         outcome_of, token_advantages)
 from bepo_jax.types import FAILURE, SUCCESS, TRUNCATED
 
 B_DEF = dict(gamma=0.95, lam=0.5, w=1.0, eta_gated=0.5, norm="mean_std", weighting="step", std="unbiased", eps=1e-6,
@@ -35,9 +36,12 @@ def padded(turns, outcomes, rewards=None):
 
 
 def test_outcome_codes():
-    assert outcome_code(True, 1.0) == SUCCESS
-    assert outcome_code(True, 0.0) == FAILURE
-    assert outcome_code(False, 5.0) == TRUNCATED
+    assert outcome_of("env", True) == SUCCESS
+    assert outcome_of("env", False) == FAILURE
+    for limit in ("step_limit", "context_limit", "time_limit", "env_timeout"):
+        assert outcome_of(limit, True) == TRUNCATED  # a limit, not the environment, ended it
+    with pytest.raises(ValueError, match="ending='done'"):
+        outcome_of("done", True)
 
 
 def test_step_advantages_equal_the_reference_on_the_same_trajectories():
@@ -54,17 +58,52 @@ def test_step_advantages_equal_the_reference_on_the_same_trajectories():
     assert not all(np.allclose(a, b) for a, b in zip(got, other))
 
 
-def test_totals_land_on_the_last_turn():
+def test_a_trajectory_reward_lands_on_the_turn_asked_for():
     turns = corridor_turns()
     outcomes = [SUCCESS, TRUNCATED, SUCCESS, TRUNCATED]
-    totals = [3.0, 0.0, 1.0, -1.0]
-    got, _ = group_step_advantages(turns, outcomes, "gated_bepo", {"lam": 0.25}, totals=totals)
-    rewards = [[t.reward for t in tr] for tr in turns]
-    for k, tot in enumerate(totals):
-        rewards[k][-1] += tot - sum(t.reward for t in turns[k])
-    want = ref.ref_gated_bepo(padded(turns, outcomes, rewards), **{**B_DEF, "lam": 0.25})["advantage"]
-    for k, tr in enumerate(turns):
-        np.testing.assert_allclose(got[k], want[0, k, :len(tr)], atol=1e-4)
+    extra = [2.0, 0.0, -1.0, 0.5]
+    for where in ("first", "last"):
+        moved = [add_trajectory_reward(tr, x, turn=where) for tr, x in zip(turns, extra)]
+        got, _ = group_step_advantages(moved, outcomes, "gated_bepo", {"lam": 0.25})
+        rewards = [[t.reward for t in tr] for tr in turns]
+        for k, x in enumerate(extra):
+            rewards[k][0 if where == "first" else -1] += x
+        want = ref.ref_gated_bepo(padded(turns, outcomes, rewards), **{**B_DEF, "lam": 0.25})["advantage"]
+        for k, tr in enumerate(turns):
+            np.testing.assert_allclose(got[k], want[0, k, :len(tr)], atol=1e-4)
+    assert add_trajectory_reward([], 1.0) == []
+    with pytest.raises(ValueError, match="turn='middle'"):
+        add_trajectory_reward(turns[0], 1.0, turn="middle")
+
+
+def test_many_groups_in_one_call_equal_each_group_alone():
+    """One bucketed estimator call over groups of different sizes gives each group the
+    reference's credit on that group alone (padding changes nothing)."""
+    g1 = corridor_turns()
+    o1 = [SUCCESS, TRUNCATED, SUCCESS, TRUNCATED]
+    g2 = [[Turn("room 2", 0.0, 1, 1), Turn("room 1", 0.5, 1, 0)], [Turn("room 2", 0.0, 2, 0)],
+          [Turn("room 2", 1.0, 1, 0)]]
+    o2 = [FAILURE, TRUNCATED, SUCCESS]
+    g3 = [[Turn("x", 1.0, 1, 0)], []]  # one trajectory with turns: nothing to compare
+    for buckets in (True, False):
+        got, info = credit_for_groups([g1, g2, g3], [o1, o2, [SUCCESS, TRUNCATED]], "gated_bepo", buckets=buckets)
+        for g, (turns, outs) in enumerate(((g1, o1), (g2, o2))):
+            want = ref.ref_gated_bepo(padded(turns, outs), **B_DEF)["advantage"][0]
+            for k, tr in enumerate(turns):
+                np.testing.assert_allclose(got[g][k], want[k, :len(tr)], atol=1e-4)
+        assert info[0]["states"] == 3 and info[1]["states"] == 2 and info[2] == {}
+        assert not got[2][0].any() and len(got[2][1]) == 0
+    assert [bucket(n) for n in (0, 1, 3, 4, 5)] == [1, 1, 4, 4, 8] and bucket(3, 8) == 8
+
+
+def test_similarity_merges_nearly_equal_states():
+    turns = [[Turn("you are in room 2 of 3", 0.0, 1, 0), Turn("room 3", 1.0, 1, 0)],
+             [Turn("you are in room 2 of 3.", 0.0, 1, 0), Turn("room 1", 0.0, 1, 0)]]
+    from bepo_jax.similarity import SimilarityConfig
+
+    _, exact = group_step_advantages(turns, [SUCCESS, FAILURE], "gated_bepo")
+    _, merged = group_step_advantages(turns, [SUCCESS, FAILURE], "gated_bepo", similarity=SimilarityConfig(threshold=0.8))
+    assert exact["states"] == 4 and merged["states"] == 3
 
 
 def test_token_layout_follows_the_turns_and_the_mask():
@@ -90,8 +129,8 @@ def test_bad_input_is_refused_with_the_field_named():
     turns = corridor_turns()
     with pytest.raises(ValueError, match="outcomes"):
         group_step_advantages(turns, [SUCCESS], "gated_bepo")
-    with pytest.raises(ValueError, match="totals"):
-        group_step_advantages(turns, [SUCCESS] * 4, "gated_bepo", totals=[1.0])
+    with pytest.raises(ValueError, match="2 groups but 1 outcome lists"):
+        credit_for_groups([turns, turns], [[SUCCESS] * 4], "gated_bepo")
     with pytest.raises(ValueError, match="Turn.state must be a string"):
         group_step_advantages([[Turn(3, 0.0, 1, 0)]], [SUCCESS], "gated_bepo")
     with pytest.raises(ValueError, match="unknown estimator"):

@@ -63,11 +63,12 @@ def _factorize(values: np.ndarray) -> tuple[np.ndarray, list, np.ndarray]:
     return codes, list(seen), np.unique(codes, return_index=True)[1]
 
 
-def _string_keys(obs: list) -> Optional[np.ndarray]:
+def _string_keys(obs: list, min_rows: int = 1) -> Optional[np.ndarray]:
     """uint32 [R, 2] keys of a list of str (or of bytes) in one vectorised pass: the
     UTF-8 bytes, four to a uint32 word, hashed with ``hash_tokens`` after a type word;
     None when the list is not homogeneous or holds NUL characters (NumPy's fixed-width
-    byte strings drop trailing NULs, so those go through ``hash_observation``)."""
+    byte strings drop trailing NULs, so those go through ``hash_observation``). The rows are
+    padded to a power of two >= ``min_rows`` (a caller with a fixed row budget compiles once)."""
     if not obs:
         return None
     kind = type(obs[0])
@@ -90,10 +91,12 @@ def _string_keys(obs: list) -> Optional[np.ndarray]:
     words = np.concatenate([np.full((len(obs), 1), 0x5354 if kind is str else 0x4259, np.uint32), words], axis=1)
     mask = np.ones(words.shape, bool)
     mask[:, 1:] = words[:, 1:] != 0
-    bucket = 1 << int(np.ceil(np.log2(words.shape[1])))  # few shapes: few compiles
-    words = np.pad(words, ((0, 0), (0, bucket - words.shape[1])))
-    mask = np.pad(mask, ((0, 0), (0, bucket - mask.shape[1])))
-    return np.asarray(_hash_rows(words, mask))
+    # few shapes, few compiles: words and rows padded to powers of two (padding rows are dropped)
+    bucket = 1 << int(np.ceil(np.log2(words.shape[1])))
+    rows = 1 << int(np.ceil(np.log2(max(len(obs), min_rows, 1))))
+    words = np.pad(words, ((0, rows - len(obs)), (0, bucket - words.shape[1])))
+    mask = np.pad(mask, ((0, rows - len(obs)), (0, bucket - mask.shape[1])))
+    return np.asarray(_hash_rows(words, mask))[: len(obs)]
 
 
 @jax.jit

@@ -3,29 +3,43 @@
 A multi-turn agent trainer (Tunix's agentic learner, or any other) keeps each trajectory
 as one token stream after the prompt: turn t's assistant tokens, then the environment's
 reply to it, then turn t + 1's assistant tokens, ... with a mask that is 1 on assistant
-tokens and 0 on environment tokens. This module turns a group of such trajectories into
+tokens and 0 on environment tokens. This module turns groups of such trajectories into
 the estimators' StepBatch and their per-step advantages back into that stream:
 
     Turn(state, reward, assistant_tokens, env_tokens)      one per turn t of a trajectory
-    group_step_advantages(turns, outcomes, name, config)   -> A[k][t] per trajectory, + diagnostics
+    credit_for_groups(groups, outcomes, name, config)       -> A[g][k][t] for many groups, in ONE
+                                                               estimator call on a bucketed shape
+    group_step_advantages(turns, outcomes, name, config)    -> A[k][t] for one group
     token_advantages(turns, A, mask)                        -> float32 [K, L]:
         adv[k, p] = A[k][t] for the p in turn t's assistant span, 0 on environment and padding
 
 A turn's ``state`` is the observation the model acted on (a string: equal strings are the
-same state of the empirical graph); ``reward`` its step reward. Spans are laid out in
-order -- assistant_tokens of turn 0, env_tokens of turn 0, assistant_tokens of turn 1, ... --
-and cut at the stream's padded length L.
+same state of the empirical graph; with ``similarity`` nearly equal strings are merged,
+docs/similarity.md, over the string's UTF-8 bytes); ``reward`` its step reward. Spans are
+laid out in order -- assistant_tokens of turn 0, env_tokens of turn 0, assistant_tokens of
+turn 1, ... -- and cut at the stream's padded length L.
+
+Outcomes: ``outcome_of(ending, success)`` -- TRUNCATED when a limit ended the episode
+(``LIMIT_ENDINGS``: the step limit, the token budget, a timeout), otherwise SUCCESS or
+FAILURE as the environment says. A trajectory's reward that no single step earned (a
+score of the whole conversation) is put on one turn with ``add_trajectory_reward``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from ..estimators.registry import compute_advantages
 from ..types import FAILURE, SUCCESS, TRUNCATED
-from .rows import from_rows, to_rows
+from .rows import _string_keys, from_rows, to_rows
+
+#: Endings that a limit, not the environment, chose: their trajectories are TRUNCATED.
+LIMIT_ENDINGS = ("step_limit", "context_limit", "time_limit", "env_timeout")
+#: Every ending ``outcome_of`` knows: the environment's own ("env") and the limits.
+ENDINGS = ("env",) + LIMIT_ENDINGS
 
 
 class Turn(NamedTuple):
@@ -38,66 +52,153 @@ class Turn(NamedTuple):
     env_tokens: int
 
 
-def outcome_code(ended_by_env: bool, total_reward: float) -> int:
-    """SUCCESS if the environment ended the episode with a positive total reward, FAILURE
-    if it ended it otherwise, TRUNCATED if something else stopped it (step or token limit,
-    a timeout)."""
-    if not ended_by_env:
+def outcome_of(ending: str, success: Optional[bool]) -> int:
+    """The trajectory's outcome code.
+
+    ``ending``: "env" when the environment itself ended the episode, else one of
+    ``LIMIT_ENDINGS`` ("step_limit", "context_limit", "time_limit", "env_timeout").
+    A limit gives TRUNCATED whatever ``success`` says; an environment's ending gives
+    SUCCESS when ``success`` is true, FAILURE otherwise."""
+    if ending not in ENDINGS:
+        raise ValueError(f"outcome_of: ending={ending!r}; use one of {', '.join(ENDINGS)}.")
+    if ending != "env":
         return TRUNCATED
-    return SUCCESS if total_reward > 0 else FAILURE
+    return SUCCESS if success else FAILURE
+
+
+def add_trajectory_reward(turns: Sequence[Turn], extra: float, *, turn: str = "first") -> list[Turn]:
+    """``turns`` with ``extra`` added to the reward of its first (``turn="first"``) or last
+    (``"last"``) turn: a reward scored on the whole trajectory, or on one of its replies,
+    that no environment step paid. A trajectory without turns is returned unchanged
+    (it has no record to carry the reward)."""
+    if turn not in ("first", "last"):
+        raise ValueError(f"add_trajectory_reward: turn={turn!r}; use 'first' or 'last'.")
+    out = list(turns)
+    if out and extra != 0.0:
+        i = 0 if turn == "first" else len(out) - 1
+        out[i] = out[i]._replace(reward=float(out[i].reward) + float(extra))
+    return out
+
+
+def bucket(n: int, minimum: int = 1) -> int:
+    """The smallest power of two >= max(n, minimum): padded shapes come from a few buckets,
+    so a stream of groups of varying size compiles each kernel a few times, not per shape."""
+    n = max(int(n), int(minimum), 1)
+    return 1 << (n - 1).bit_length()
+
+
+def _state_tokens(states: Sequence[str]) -> np.ndarray:
+    """UTF-8 bytes + 1 of each state (PAD 0), [R, W] with W a bucket: the tokens similarity
+    merging compares (character n-grams, as verl-agent's SequenceMatcher compares strings)."""
+    raw = [s.encode("utf-8") for s in states]
+    W = bucket(max((len(r) for r in raw), default=1), 16)
+    out = np.zeros((len(raw), W), np.int32)
+    for i, r in enumerate(raw):
+        out[i, :len(r)] = np.frombuffer(r, np.uint8).astype(np.int32) + 1
+    return out
+
+
+def _device_scope(device: Optional[str]):
+    """``None``: JAX's default device; ``"cpu"``: the host CPU (so credit never queues behind
+    sampling on the accelerator); any other string: ``jax.devices(device)[0]``."""
+    if device is None:
+        return contextlib.nullcontext()
+    import jax
+
+    return jax.default_device(jax.devices(device)[0])
+
+
+def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequence[Sequence[int]],
+                      estimator: str, config=None, *, buckets: bool = True, device: Optional[str] = None,
+                      similarity=None, min_shape: Optional[tuple[int, int, int]] = None
+                      ) -> tuple[list[list[np.ndarray]], list[dict]]:
+    """Per-turn advantages of many groups in one estimator call.
+
+    ``groups[g][k]``: trajectory k of group g as a list of ``Turn``; ``outcomes[g][k]`` its
+    outcome code. The groups' rows go into one StepBatch [B, K, T] (``from_rows``), padded
+    to powers of two in each axis when ``buckets`` (padding changes no number: the
+    estimators ignore masked records, and an empty trajectory takes no part in any
+    statistic), and the estimator runs once on ``device`` (``_device_scope``).
+    ``min_shape`` (groups, trajectories, turns): pad to at least this, e.g. turns = the
+    environment's step limit, so that every call has the same shape and only the first
+    compiles. ``similarity``: a ``SimilarityConfig`` to merge nearly equal states.
+
+    Returns ``A[g][k]`` (float32, one value per turn) and, per group, the diagnostics as
+    floats (``states``, ``gated_share``, ``converged``, ``iterations``, ``mean_out_degree``
+    where the estimator builds a state graph). A trajectory without turns takes no part;
+    a group in which fewer than two trajectories have turns has nothing to compare: its
+    credit is 0 and its diagnostics are empty."""
+    if len(outcomes) != len(groups):
+        raise ValueError(f"credit_for_groups: {len(groups)} groups but {len(outcomes)} outcome lists; "
+                         "give one per group.")
+    uid, traj, step, obs, reward, outcome = [], [], [], [], [], []
+    live = []
+    for g, (turns, outs) in enumerate(zip(groups, outcomes)):
+        if len(outs) != len(turns):
+            raise ValueError(f"credit_for_groups: group {g} has {len(turns)} trajectories but {len(outs)} "
+                             "outcomes; give one per trajectory.")
+        ok = sum(len(tr) > 0 for tr in turns) >= 2
+        live.append(ok)
+        for k, tr in enumerate(turns):
+            for i, t in enumerate(tr):
+                if not isinstance(t.state, str):
+                    raise ValueError(f"Turn.state must be a string (the observation text), got "
+                                     f"{type(t.state).__name__} in group {g}, trajectory {k}, turn {i}.")
+                if ok:
+                    uid.append(g)
+                    traj.append((g, k))
+                    step.append(i)
+                    obs.append(t.state)
+                    reward.append(float(t.reward))
+                    outcome.append(int(outs[k]))
+    result = [[np.zeros(len(tr), np.float32) for tr in turns] for turns in groups]
+    info: list[dict] = [{} for _ in groups]
+    if not uid:
+        return result, info
+    n_live = sum(live)
+    K = max(len(turns) for turns, ok in zip(groups, live) if ok)
+    T = max(len(tr) for turns, ok in zip(groups, live) if ok for tr in turns)
+    lo = (1, 1, 2) if min_shape is None else tuple(int(x) for x in min_shape)
+    if len(lo) != 3:
+        raise ValueError(f"credit_for_groups: min_shape={min_shape!r}; give (groups, trajectories, turns).")
+    shape = (bucket(n_live, lo[0]), bucket(K, lo[1]), bucket(T, lo[2])) if buckets else None
+    tokens = _state_tokens(obs) if similarity is not None else None
+    with _device_scope(device):
+        keys = _string_keys(obs, min_rows=int(np.prod(shape)) if shape else 1)  # one hash shape per batch shape
+        batch, index = from_rows(np.asarray(uid), np.asarray([f"{g}/{k}" for g, k in traj], dtype=object),
+                                 np.asarray(step), obs if keys is None else keys, np.asarray(reward, np.float32),
+                                 np.asarray(outcome, np.int32), shape=shape, obs_tokens=tokens,
+                                 similarity=similarity)
+        out = compute_advantages(estimator, batch, config)  # validates config (a dict or an instance)
+        per_row = to_rows(np.asarray(out.advantage), index)
+        diag = getattr(out, "diagnostics", None)
+        diag = None if diag is None else {k: np.asarray(getattr(diag, k)) for k in
+                                          ("num_states", "gated_share", "converged", "iterations",
+                                           "mean_out_degree") if hasattr(diag, k)}
+    at = 0
+    b_of = {name: b for b, name in enumerate(index.groups) if name is not None}
+    for g, (turns, ok) in enumerate(zip(groups, live)):
+        if not ok:
+            continue
+        for k, tr in enumerate(turns):
+            result[g][k] = np.asarray(per_row[at: at + len(tr)], np.float32)
+            at += len(tr)
+        if diag is not None:
+            b = b_of[g]
+            info[g] = {("states" if k == "num_states" else k): float(v[b]) for k, v in diag.items()}
+    return result, info
 
 
 def group_step_advantages(turns: Sequence[Sequence[Turn]], outcomes: Sequence[int], estimator: str,
-                          config=None, *, totals: Optional[Sequence[float]] = None
-                          ) -> tuple[list[np.ndarray], dict]:
-    """Per-turn advantages of one group (K trajectories sampled from one task).
-
-    ``totals`` (optional): each trajectory's total reward as the trainer scored it; the
-    difference from the sum of its turn rewards is added to its last turn (so a reward
-    computed over the whole trajectory lands where the trajectory ends). Returns one
-    float32 array of length len(turns[k]) per trajectory (empty for a trajectory with no
-    turn) and the estimator's diagnostics as floats (``states``, ``gated_share``,
-    ``converged``, ``iterations`` where the estimator builds the state graph).
-
-    A trajectory without turns (e.g. its first reply used the whole token budget) has no
-    record and takes no part; when fewer than two trajectories have turns there is
-    nothing to compare and every advantage is 0 (diagnostics empty)."""
-    K = len(turns)
-    if len(outcomes) != K:
-        raise ValueError(f"group_step_advantages: {K} trajectories but {len(outcomes)} outcomes; "
+                          config=None, **kwargs) -> tuple[list[np.ndarray], dict]:
+    """Per-turn advantages of one group (K trajectories sampled from one task):
+    ``credit_for_groups`` with one group (same keywords). Returns one float32 array of
+    length len(turns[k]) per trajectory and the group's diagnostics."""
+    if len(outcomes) != len(turns):
+        raise ValueError(f"group_step_advantages: {len(turns)} trajectories but {len(outcomes)} outcomes; "
                          "give one per trajectory.")
-    if totals is not None and len(totals) != K:
-        raise ValueError(f"group_step_advantages: {K} trajectories but {len(totals)} totals; give one per trajectory.")
-    uid, traj, step, obs, reward, outcome = [], [], [], [], [], []
-    for k, tr in enumerate(turns):
-        r = [float(t.reward) for t in tr]
-        if totals is not None and r:
-            r[-1] += float(totals[k]) - float(np.sum(r))
-        for i, t in enumerate(tr):
-            if not isinstance(t.state, str):
-                raise ValueError(f"Turn.state must be a string (the observation text), got {type(t.state).__name__} "
-                                 f"in trajectory {k}, turn {i}.")
-            uid.append(0)
-            traj.append(k)
-            step.append(i)
-            obs.append(t.state)
-            reward.append(r[i])
-            outcome.append(int(outcomes[k]))
-    if sum(len(tr) > 0 for tr in turns) < 2:
-        return [np.zeros(len(tr), np.float32) for tr in turns], {}
-    batch, index = from_rows(uid, traj, step, obs, np.asarray(reward, np.float32), np.asarray(outcome, np.int32))
-    out = compute_advantages(estimator, batch, config)  # validates config (a dict or an instance)
-    per_row = to_rows(out.advantage, index)
-    result, at = [], 0
-    for tr in turns:
-        result.append(np.asarray(per_row[at: at + len(tr)], np.float32))
-        at += len(tr)
-    diag = getattr(out, "diagnostics", None)
-    info = {}
-    if diag is not None:
-        info = {"states": float(np.asarray(diag.num_states)[0]), "gated_share": float(np.asarray(diag.gated_share)[0]),
-                "converged": float(np.asarray(diag.converged)[0]), "iterations": float(np.asarray(diag.iterations)[0])}
-    return result, info
+    adv, info = credit_for_groups([turns], [outcomes], estimator, config, **kwargs)
+    return adv[0], info[0]
 
 
 def token_advantages(turns: Sequence[Sequence[Turn]], step_advantages: Sequence[np.ndarray], mask) -> np.ndarray:
