@@ -22,7 +22,9 @@ from .types import (
     INVALID_MASK,
     INVALID_OUTCOME,
     INVALID_PENALTY,
+    INVALID_SCALE,
     INVALID_VALUE,
+    SCALE_LIMIT,
     SINGLE_TRAJECTORY,
     ConfidenceOutput,
     GatedBEPOOutput,
@@ -42,7 +44,7 @@ __version__ = "0.1.0"
 __all__ = [
     "StepBatch", "SUCCESS", "FAILURE", "TRUNCATED", "check_batch", "split_key64",
     "group_flags", "sanitize", "INVALID_FLAGS", "INVALID_OUTCOME", "INVALID_MASK", "INVALID_VALUE", "INVALID_PENALTY",
-    "SINGLE_TRAJECTORY", "DROPPED",
+    "INVALID_SCALE", "SCALE_LIMIT", "SINGLE_TRAJECTORY", "DROPPED",
     "GRPOOutput", "GiGPOOutput", "GraphGPOOutput", "GatedBEPOOutput", "ConfidenceOutput", "GraphDiagnostics",
     *_estimator_names,
     "hash_observation", "hash_observations", "hash_tokens", "token_words", "to_token_advantages",

@@ -191,6 +191,16 @@ def _check_values(mask: np.ndarray, reward: np.ndarray, outcome: np.ndarray,
         if big.any():
             b, k, t = _first(big)
             raise ValueError(f"StepBatch.{name} at (group {b}, trajectory {k}, step {t}) overflows float32.")
+    size = np.where(mask, np.abs(reward.astype(np.float64)), 0.0)
+    if penalty is not None:
+        size = size + np.where(mask, np.abs(penalty.astype(np.float64)), 0.0)
+    size = size.sum(axis=(-2, -1))
+    if (size > SCALE_LIMIT).any():
+        b = int(np.argmax(size > SCALE_LIMIT))
+        raise ValueError(
+            f"StepBatch group {b}: the sum of |reward| + |penalty| over its valid steps is {size[b]:.3g}, above "
+            f"{SCALE_LIMIT:.0e}; its returns, values and their statistics would overflow float32 (inf/NaN "
+            "advantages). Rescale the rewards (e.g. divide by their largest magnitude).")
     bad = (outcome < 0) | (outcome >= NUM_OUTCOMES)
     if bad.any():
         b, k = _first(bad)
@@ -225,9 +235,16 @@ INVALID_MASK = 2        # the mask is not a prefix
 INVALID_VALUE = 4       # a NaN/inf reward or penalty on a valid step
 INVALID_PENALTY = 8     # a positive penalty
 SINGLE_TRAJECTORY = 16  # fewer than two non-empty trajectories (no group baseline)
-DROPPED = INVALID_OUTCOME | INVALID_MASK | INVALID_VALUE | INVALID_PENALTY
+INVALID_SCALE = 32      # finite rewards so large that the group's statistics would overflow float32
+DROPPED = INVALID_OUTCOME | INVALID_MASK | INVALID_VALUE | INVALID_PENALTY | INVALID_SCALE
 INVALID_FLAGS = {"INVALID_OUTCOME": INVALID_OUTCOME, "INVALID_MASK": INVALID_MASK, "INVALID_VALUE": INVALID_VALUE,
-                 "INVALID_PENALTY": INVALID_PENALTY, "SINGLE_TRAJECTORY": SINGLE_TRAJECTORY}
+                 "INVALID_PENALTY": INVALID_PENALTY, "SINGLE_TRAJECTORY": SINGLE_TRAJECTORY,
+                 "INVALID_SCALE": INVALID_SCALE}
+#: The largest sum over a group's valid records of |reward + penalty| the estimators accept. Returns,
+#: fixed-point values (|V| <= this / (1 - gamma) for gamma <= 0.999) and their squared deviations summed
+#: over up to 65,536 records then stay far inside float32 (max ~3.4e38); beyond it the group is refused
+#: on the host and flagged INVALID_SCALE (dropped) inside jit. Rescale such rewards.
+SCALE_LIMIT = 1e12
 
 
 def group_flags(batch: StepBatch) -> Int[Array, "B"]:
@@ -240,10 +257,12 @@ def group_flags(batch: StepBatch) -> Int[Array, "B"]:
     finite = jnp.isfinite(batch.reward) & jnp.isfinite(pen)
     bad_value = jnp.any(mask & ~finite, axis=(-2, -1))
     bad_penalty = jnp.any(mask & (pen > 0), axis=(-2, -1))
+    size = jnp.sum(jnp.where(mask & finite, jnp.abs(batch.reward) + jnp.abs(pen), 0.0), axis=(-2, -1))
+    bad_scale = ~(size <= SCALE_LIMIT)  # an inf sum (float32 overflow) is caught too
     nonempty = jnp.sum(jnp.any(mask, axis=-1), axis=-1)
     single = nonempty == 1
     flags = (bad_outcome * INVALID_OUTCOME + bad_mask * INVALID_MASK + bad_value * INVALID_VALUE
-             + bad_penalty * INVALID_PENALTY + single * SINGLE_TRAJECTORY)
+             + bad_penalty * INVALID_PENALTY + single * SINGLE_TRAJECTORY + bad_scale * INVALID_SCALE)
     return flags.astype(jnp.int32)
 
 

@@ -161,6 +161,8 @@ BAD_INPUTS = [
     (dict(reward=((0, 2, 0), np.nan)), "reward is not finite", bj.INVALID_VALUE),
     (dict(penalty=((0, 2, 0), -np.inf)), "penalty is not finite", bj.INVALID_VALUE),
     (dict(mask=((0, 0, 1), False)), "mask is not a prefix", bj.INVALID_MASK),
+    # finite, but the group's statistics (squared deviations of returns of ~3e37) overflow float32
+    (dict(reward=((0, 2, 0), 3e37)), "statistics would overflow float32", bj.INVALID_SCALE),
 ]
 
 

@@ -2,7 +2,11 @@
 the trainer's data position, keeping the last N.
 
 Orbax writes each checkpoint into a temporary directory and renames it when complete,
-so a crash during a save leaves the earlier checkpoints as they were. A checkpoint
+so a crash during a save leaves the earlier checkpoints as they were. A save that fails
+(the disk filled, a write error) raises ``CheckpointError`` naming the cause and the
+intact earlier steps, after removing its partial directory and reopening the manager
+(orbax's manager is unusable after a failed background save), so those steps still
+restore in the same process. A checkpoint
 that cannot be read (truncated, corrupt) raises ``CheckpointError`` naming the step
 and the earlier steps; ``restore_latest`` skips such steps and restores the newest
 readable one. Restoring into ``Trainer.abstract_state()`` of another trainer places
@@ -11,7 +15,10 @@ the arrays on that trainer's mesh (8 devices -> 1 works).
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -31,8 +38,10 @@ class Checkpointer:
         if max_to_keep < 1:
             raise ValueError(f"max_to_keep={max_to_keep} must be >= 1.")
         self.directory = Path(directory).absolute()
-        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
-        self._mngr = ocp.CheckpointManager(self.directory, options=options)
+        # cleanup_tmp_directories: a save cut by a crash leaves a temporary directory; opening removes it
+        self._options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
+                                                     cleanup_tmp_directories=True)
+        self._mngr = ocp.CheckpointManager(self.directory, options=self._options)
 
     def steps(self) -> list[int]:
         self._mngr.reload()
@@ -42,8 +51,43 @@ class Checkpointer:
         """Write ``state`` (any pytree of arrays) and ``meta`` (a JSON dict: data position,
         config, ...) as checkpoint ``step`` and wait until it is complete on disk."""
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(dict(meta or {})))
-        self._mngr.save(int(step), args=args, force=True)
-        self._mngr.wait_until_finished()
+        try:
+            self._mngr.save(int(step), args=args, force=True)
+            self._mngr.wait_until_finished()
+        except Exception as err:  # orbax re-raises the background writer's error, of any type
+            self._recover(int(step))
+            full = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in _chain(err))
+            raise CheckpointError(
+                f"saving checkpoint {step} under {self.directory} failed ("
+                f"{'the disk is full: ' if full else ''}{type(err).__name__}: {str(err)[:200]}); its partial files "
+                f"were removed and the earlier checkpoint(s) {self.steps() or 'none'} are intact and restore."
+                + (" Free disk space, then resume." if full else "")) from err
+
+    def _recover(self, step: int) -> None:
+        """After a failed save: drop the step's partial directory and reopen the manager."""
+        try:
+            self._mngr.close()
+        except Exception:  # the manager may re-raise the failed save once more
+            pass
+        # the failed save's background writers may still be finishing: remove until nothing reappears
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            partial = list(self.directory.glob(f"{step}.orbax-checkpoint-tmp*"))
+            if not partial:
+                time.sleep(0.2)
+                if not list(self.directory.glob(f"{step}.orbax-checkpoint-tmp*")):
+                    break
+            for path in partial:
+                shutil.rmtree(path, ignore_errors=True)
+        if (self.directory / str(step)).exists() and step not in self._readable_steps():
+            shutil.rmtree(self.directory / str(step), ignore_errors=True)
+        self._mngr = ocp.CheckpointManager(self.directory, options=self._options)
+
+    def _readable_steps(self) -> list[int]:
+        try:
+            return sorted(ocp.CheckpointManager(self.directory, options=self._options).all_steps())
+        except Exception:
+            return []
 
     def restore(self, target: Any, step: Optional[int] = None) -> tuple[Any, dict]:
         """Restore checkpoint ``step`` (default: the newest) into the structure, shapes and
@@ -85,3 +129,12 @@ class Checkpointer:
 
     def close(self) -> None:
         self._mngr.close()
+
+
+def _chain(err: BaseException):
+    """``err`` and its causes / contexts."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__

@@ -66,6 +66,11 @@ def train(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bo
     ``cfg.env``; to resume in another process, register it there too, or name it by an
     import path ``"package.module:factory"`` in ``cfg.env`` instead)."""
     out = Path(out)
+    with rundir.RunLock(out):
+        return _train(cfg, out, resume=resume, progress=progress, on_iteration=on_iteration, env=env)
+
+
+def _train(cfg: RunConfig, out: Path, *, resume: bool, progress: bool, on_iteration, env) -> dict:
     cfg = rundir.prepare(_with_env(cfg, env), out, resume=resume)
     setup = _setup_for_run(cfg, out)
     ckpt = Checkpointer(out / "checkpoints", max_to_keep=cfg.keep_checkpoints)
@@ -116,6 +121,17 @@ def train_seeds(cfg: RunConfig, seeds: Sequence[int], outs: Sequence[str | Path]
     outs = [Path(o) for o in outs]
     if len(outs) != len(seeds):
         raise ValueError(f"train_seeds: {len(seeds)} seeds but {len(outs)} run directories; give one per seed.")
+    import contextlib
+
+    with contextlib.ExitStack() as locks:
+        if jax.process_count() == 1:  # across processes each host's runs are its own (README, pods)
+            for o in outs:
+                locks.enter_context(rundir.RunLock(o))
+        return _train_seeds(cfg, seeds, outs, resume=resume, progress=progress, on_iteration=on_iteration,
+                            mesh=mesh, env=env, runs_per_step=runs_per_step)
+
+
+def _train_seeds(cfg, seeds, outs, *, resume, progress, on_iteration, mesh, env, runs_per_step) -> list[dict]:
     base = _with_env(cfg, env)
     cfgs = [rundir.prepare(base.replace(seed=s), o, resume=resume) for s, o in zip(seeds, outs)]
     cfg = cfgs[0].replace(seed=base.seed)

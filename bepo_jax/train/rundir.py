@@ -7,15 +7,23 @@
     checkpoints/    orbax checkpoints (``rl.checkpoint.Checkpointer``)
     curve.png       the success curve;  summary.json  what the finished run reports
 
+    .lock           held (``fcntl.flock``) by the process writing the run: a second writer
+                    is refused (``RunLock``); the operating system releases it when that
+                    process ends, so a crashed run never leaves it stuck
+
 A crash loses at most the iteration in flight: every file is written atomically or
-appended, a cut last line of metrics.jsonl is ignored, and a resumed run rewrites the
-metrics up to its checkpoint.
+appended, a cut last line of metrics.jsonl is dropped with a warning naming it, and a
+resumed run rewrites the metrics up to its checkpoint.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import sys
+import time
+import warnings
 from pathlib import Path
 
 from .config import RunConfig
@@ -30,17 +38,65 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The rows of a run's metrics.jsonl (a line cut by a crash and everything after it dropped)."""
+    """The rows of a run's metrics.jsonl. A line cut by a crash and everything after it are
+    dropped, with a warning that names the line and the last iteration kept."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
-            break  # a line cut by a crash: everything before it is intact
+            # a line cut by a crash: everything before it is intact
+            kept = rows[-1]["iteration"] if rows else None
+            warnings.warn(f"{path}: line {i + 1} of {len(lines)} is cut ({line[:60]!r}...); it and the "
+                          f"{len(lines) - i - 1} line(s) after it are dropped, the rows up to iteration {kept} are "
+                          "kept.", RuntimeWarning, stacklevel=2)
+            break
     return rows
+
+
+class RunLock:
+    """``with RunLock(out):`` -- the one process writing run directory ``out`` (an exclusive,
+    non-blocking ``fcntl.flock`` on ``out/.lock``, which also records the holder). A second
+    writer raises ``ValueError`` naming the holder; the lock dies with its process, so a
+    crashed run never leaves it stuck. (flock is per machine: two hosts writing one run
+    directory over a network file system are not told apart.)"""
+
+    def __init__(self, out: str | Path):
+        self.path = Path(out) / ".lock"
+        self._fd = None
+
+    def __enter__(self):
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ValueError(f"{self.path.parent} is being written by another run ({holder}); wait for it to "
+                             "finish or stop it, or choose another --out. (A crashed run releases the lock with "
+                             "its process.)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                  "command": " ".join(sys.argv)[:300]}).encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+        return False
 
 
 def is_finished(run_dir: str | Path, iterations: int) -> bool:
