@@ -27,6 +27,8 @@ Experiments (``--experiment``):
                ``main_recipe_1epoch`` the recipe with one update per batch (100 iterations).
 * ``e1_recipe`` E1's nine arms at the main job's recipe (8 seeds, 60 iterations, 128 held-out
                levels per seed): the comparison where the policy learns.
+* ``confirmatory_runs`` the runs of the confirmatory test (docs/confirmatory.md): six arms at the recipe on
+               16 fresh seeds (100-115); ``experiments/confirmatory.py`` runs, rescores and reports them.
 * ``recipe_ablation`` GRPO and Gated-BEPO at the recipe and under each of its changes from the
                earlier main job reverted alone (a fixed pool of 32 levels, 8 groups, the small
                policy, the LeCun head): which change lets step credit separate from outcome credit.
@@ -256,6 +258,18 @@ EXPERIMENTS = {
                                      (Arm("recipe_1epoch", "gated_bepo"),), "recipe_1epoch", seeds=8,
                                      iterations=100, eval_every=50),
 }
+# The confirmatory test (docs/confirmatory.md, experiments/confirmatory.py), fixed before its first run: the
+# recipe as it is, six arms (the four of the primary family first), 16 seeds never used before (100-115).
+CONFIRMATORY_ARM_ORDER = ("gated_bepo", "grpo", "gigpo", "ladder_fp_added", "hgpo", "bepo_additive")
+CONFIRMATORY_PRIMARY = tuple(Contrast.minus("gated_bepo", b) for b in ("gigpo", "ladder_fp_added", "grpo", "hgpo"))
+CONFIRMATORY_SECONDARY = (Contrast.minus("bepo_additive", "ladder_fp_added"), Contrast.minus("gated_bepo", "bepo_additive"),
+                          Contrast.minus("ladder_fp_added", "grpo"), Contrast.minus("gigpo", "grpo"),
+                          Contrast.minus("hgpo", "grpo"))
+EXPERIMENTS["confirmatory_runs"] = Experiment(
+    "Confirmatory test at the main job's recipe, 16 fresh seeds (100-115), fixed in advance",
+    MAIN_JOB, tuple(next(a for a in ESTIMATOR_ARMS if a.label == label) for label in CONFIRMATORY_ARM_ORDER),
+    "gated_bepo", seeds=16, iterations=60, eval_every=30, first_seed=100,
+    contrasts=CONFIRMATORY_PRIMARY + CONFIRMATORY_SECONDARY)
 SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
           "pod": dict(groups=128, layers=4, width=256, eval_tasks=128)}
 

@@ -139,18 +139,49 @@ def credit_lab() -> str:
     return "\n".join(lines)
 
 
-# The paper's claims (issue text and the papers it cites) and the E1 arms that test them:
-# (claim, the paper's number, arm a, arm b); ours is the paired per-seed difference a - b.
+# The paper's claims and the E1 arms that test them: (claim, the paper's number as text, the number in points
+# (None where the text we hold gives none), where it comes from, arm a, arm b); ours is the paired per-seed
+# difference a - b. Every paper number is from another benchmark and model than ours (a small policy trained
+# from scratch on generated Sokoban levels): "the paper's size" compares magnitudes across that gap.
+PAPER_LADDER = "Gated-BEPO paper, ablation ladder (success rate; the benchmark and model are not named in the text we hold)"
 CLAIMS = (
-    ("Gated-BEPO beats GiGPO", "higher on WebShop and ALFWorld (no number in the text we have)", "gated_bepo", "gigpo"),
-    ("Gated-BEPO beats HGPO", "+3.5 / +4.2 points (WebShop score / success)", "gated_bepo", "hgpo"),
-    ("ladder: + fixed-point credit everywhere, added", "+3.9 (62.5 -> 66.4)", "ladder_fp_added", "grpo"),
-    ("ladder: + the gate", "+7.4 (66.4 -> 73.8)", "bepo_additive", "ladder_fp_added"),
-    ("ladder: + complementary mixing", "+2.1 (73.8 -> 75.9)", "gated_bepo", "bepo_additive"),
-    ("ladder, all four steps", "+13.4 (62.5 -> 75.9)", "gated_bepo", "grpo"),
-    ("GiGPO beats GRPO", "+9.8 Sokoban 6x6 (67.1 -> 76.9, Qwen2.5-VL-3B); +13.9 / +13.0 ALFWorld", "gigpo", "grpo"),
-    ("GraphGPO beats GiGPO", "+10.1 Sokoban 6x6 (76.9 -> 87.0)", "graphgpo", "gigpo"),
+    ("Gated-BEPO beats GiGPO", "higher on WebShop and ALFWorld (no number in the text we have)", None,
+     "Gated-BEPO paper, main results (WebShop, ALFWorld; Qwen2.5)", "gated_bepo", "gigpo"),
+    ("Gated-BEPO beats HGPO", "+3.5 / +4.2 points (WebShop score / success)", 4.2,
+     "Gated-BEPO paper, WebShop success (Qwen2.5)", "gated_bepo", "hgpo"),
+    ("ladder: + fixed-point credit everywhere, added", "+3.9 (62.5 -> 66.4)", 3.9, PAPER_LADDER,
+     "ladder_fp_added", "grpo"),
+    ("ladder: + the gate", "+7.4 (66.4 -> 73.8)", 7.4, PAPER_LADDER, "bepo_additive", "ladder_fp_added"),
+    ("ladder: + complementary mixing", "+2.1 (73.8 -> 75.9)", 2.1, PAPER_LADDER, "gated_bepo", "bepo_additive"),
+    ("ladder, all four steps", "+13.4 (62.5 -> 75.9)", 13.4, PAPER_LADDER, "gated_bepo", "grpo"),
+    ("GiGPO beats GRPO", "+9.8 Sokoban 6x6 (67.1 -> 76.9, Qwen2.5-VL-3B); +13.9 / +13.0 ALFWorld", 9.8,
+     "GiGPO paper, visual Sokoban 6x6, Qwen2.5-VL-3B", "gigpo", "grpo"),
+    ("GraphGPO beats GiGPO", "+10.1 Sokoban 6x6 (76.9 -> 87.0)", 10.1, "GraphGPO paper, visual Sokoban 6x6",
+     "graphgpo", "gigpo"),
 )
+
+
+def size_verdict(mh, paper) -> str:
+    """How far the paper's number (points, or None) is from our interval (mean, half-width in points):
+    "the paper's size" when it lies inside; "opposite" when the interval excludes 0 on the other side
+    of the paper's sign; otherwise "smaller than the paper's" / "larger than the paper's"."""
+    if paper is None:
+        return "no paper number"
+    m, h = mh
+    if np.isnan(h):
+        return "one seed"
+    lo, hi = m - h, m + h
+    if lo <= paper <= hi:
+        return "the paper's size"
+    if (paper > 0 and hi < 0) or (paper < 0 and lo > 0):
+        return "opposite"
+    return "smaller than the paper's" if abs(hi if paper > 0 else lo) < abs(paper) else "larger than the paper's"
+
+
+def chance_line(n: int) -> str:
+    """What chance alone gives in a table of ``n`` 95% intervals of differences that are all truly 0."""
+    return (f"Chance alone: of {n} 95% intervals of differences that were all truly 0, about {0.05 * n:.1f} would "
+            "exclude 0; a single exclusion among them is not evidence by itself.")
 
 
 def _paired(xs: list[dict], ys: list[dict], key: str) -> tuple[float, float]:
@@ -177,16 +208,19 @@ def _claims(name: str) -> str:
     """The claims table of one claims.py experiment (``experiments/results/<name>.json``)."""
     d = _load(f"{name}.json")
     ps = d["per_seed"]
-    lines = [f"| claim | paper | ours: held-out success, paired difference (points), 95% t over {d['seeds']} seeds | "
-             "verdict | training tasks, same | verdict |", "|---|---|---|---|---|---|"]
-    for claim, paper, a, b in CLAIMS:
+    lines = [f"| claim | paper (source) | ours: held-out success, paired difference (points), 95% t over {d['seeds']} "
+             "seeds | verdict | against the paper's number | training tasks, same | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    n = 0
+    for claim, paper, value, source, a, b in CLAIMS:
         if a not in ps or b not in ps:
-            lines.append(f"| {claim} ({a} - {b}) | {paper} | not run yet | | | |")
+            lines.append(f"| {claim} ({a} - {b}) | {paper} ({source}) | not run yet | | | | |")
             continue
         held, train = (_paired(ps[a], ps[b], k) for k in ("held_out_after", "train_after"))
-        lines.append(f"| {claim} ({a} - {b}) | {paper} | {points(held)} | {_verdict(held)} | {points(train)} | "
-                     f"{_verdict(train)} |")
-    return "\n".join(lines)
+        n += 2
+        lines.append(f"| {claim} ({a} - {b}) | {paper} ({source}) | {points(held)} | {_verdict(held)} | "
+                     f"{size_verdict((100 * held[0], 100 * held[1]), value)} | {points(train)} | {_verdict(train)} |")
+    return "\n".join(lines + ["", chance_line(n)])
 
 
 def _arm_cells(s: dict) -> str:
@@ -369,7 +403,7 @@ def e2_confirm() -> str:
     on held-out and training games, paired per seed, with the claims table's verdicts."""
     first, fresh = _load("e2.json"), _load("e2_confirm.json")
     span = lambda d: f"seeds {d.get('first_seed', 0)}-{d.get('first_seed', 0) + d['seeds'] - 1}"
-    paper = {(a, b): (claim, text) for claim, text, a, b in CLAIMS}
+    paper = {(a, b): (claim, text) for claim, text, _, _, a, b in CLAIMS}
     lines = [f"| claim | paper | measure | E2, {span(first)} (where the claims were picked) | fresh {span(fresh)} | "
              f"verdict | seeds > 0 | pooled, {first['seeds'] + fresh['seeds']} seeds | verdict |",
              "|---|---|---|---|---|---|---|---|---|"]
