@@ -278,7 +278,8 @@ SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
 def seed_numbers(rows: list[dict]) -> dict:
     """One run's numbers: success at the start and the end (held-out and training tasks),
     the evaluation curve against cumulative environment steps, and per iteration the
-    action entropy and the largest action share (``learning_rate.action_curves``)."""
+    action entropy and the largest action share (``learning_rate.action_curves``) and the
+    share of records the gate admitted (graph estimators)."""
     steps = np.cumsum([r.get("env_steps", 0.0) for r in rows])
     ev = [(int(r["iteration"]), float(s), r["eval/success_rate"], r["eval_train/success_rate"])
           for r, s in zip(rows, steps) if "eval/success_rate" in r]
@@ -286,6 +287,7 @@ def seed_numbers(rows: list[dict]) -> dict:
     tasks = [r["eval/tasks"] for r in rows if "eval/tasks" in r]
     return {"held_out_before": ev[0][2], "held_out_after": ev[-1][2], "train_before": ev[0][3],
             "train_after": ev[-1][3], "curve": ev, "held_out_tasks": int(tasks[-1]) if tasks else None,
+            "gated_share": [r["graph/gated_share"] for r in rows if "graph/gated_share" in r],
             "iteration_seconds": float(sum(r.get("step_time", 0.0) for r in rows)),
             "action_entropy": entropy, "top_action_share": top}
 

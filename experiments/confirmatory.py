@@ -1,14 +1,16 @@
 """The confirmatory test of the paper's claims, as fixed in docs/confirmatory.md before its first run.
 
-Three steps, each resumable (finished runs and finished evaluations are read, not repeated):
+Two steps, resumable (finished runs and finished evaluations are read, not repeated):
 
-    python experiments/confirmatory.py run        # train the six arms x 16 seeds (claims.py confirmatory_runs)
-    python experiments/confirmatory.py rescore    # every final policy on its seed's 128 + 512 fresh held-out levels
+    nice python experiments/confirmatory.py run   # each (arm, chunk of 4 seeds): train, then rescore on 128 + 512 levels
     python experiments/confirmatory.py report     # experiments/results/confirmatory.{json,md,png}
 
-``run`` trains the arms in the protocol's order (the primary family's four arms first), each
-arm's 16 seeds as one program, and appends every start and finish to ``--out``/log.jsonl;
-``report`` lists them. Nothing of the protocol is a flag: the arms, seeds, setting,
+``run`` works through the protocol's arms in order (the primary family's four arms first),
+each arm's 16 seeds in four chunks of 4 (seeds 100-103, 104-107, ...: a chunk trains as one
+program in ~35 min on 2 cores, then its final policies are rescored at once, so that every
+finished chunk is kept in the results files: run directories do not outlive a session).
+Every start and finish is appended to ``--results``/confirmatory/log.jsonl; ``report``
+lists them. Nothing of the protocol is a flag: the arms, seeds, setting,
 endpoint, statistic and family-wise rule live in ``claims.EXPERIMENTS["confirmatory_runs"]``
 and in this file's constants. ``--arms`` only chooses which of them ``run`` works on now
 (to spread the compute); ``--smoke`` is a two-iteration end-to-end check of the machinery on
@@ -18,6 +20,7 @@ other seeds and another output (never part of the results).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import subprocess
@@ -36,7 +39,7 @@ from experiments import claims, rescore  # noqa: E402
 from experiments.readme_tables import CLAIMS, chance_line, points, size_verdict  # noqa: E402
 
 EXPERIMENT = "confirmatory_runs"
-RESCORE_NAME = "confirmatory_rescore"
+CHUNK = 4  # seeds per chunk: the unit that trains, is rescored and is kept
 RESCORE_TASKS = 640  # the recipe's 128 held-out levels, then 512 fresh ones
 ALPHA = 0.05
 # The paper's number (points) and its source for each contrast, from readme_tables.CLAIMS where it has the
@@ -52,9 +55,28 @@ def experiment():
     return claims.EXPERIMENTS[EXPERIMENT]
 
 
-def _log(out: Path, **event) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "log.jsonl", "a") as f:
+def chunk_name(c: int) -> str:
+    return f"{EXPERIMENT}_{c}"
+
+
+def _register_chunks() -> int:
+    """claims experiments ``confirmatory_runs_<c>``: the protocol's experiment on seeds
+    first_seed + CHUNK c, ..., + CHUNK - 1 (the same config, arms and contrasts)."""
+    exp = experiment()
+    n = exp.seeds // CHUNK
+    for c in range(n):
+        claims.EXPERIMENTS[chunk_name(c)] = dataclasses.replace(
+            exp, title=f"{exp.title}: seeds {exp.first_seed + CHUNK * c}-{exp.first_seed + CHUNK * c + CHUNK - 1}",
+            seeds=CHUNK, first_seed=exp.first_seed + CHUNK * c)
+    return n
+
+
+CHUNKS = _register_chunks()
+
+
+def _log(results: Path, **event) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    with open(results / "log.jsonl", "a") as f:
         f.write(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), **event}) + "\n")
 
 
@@ -66,12 +88,39 @@ def _commit() -> str:
         return "unknown"
 
 
-def run(arms: list[str], out: Path, results: Path, extra: list[str]) -> None:
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def chunk_seeds(results: Path, c: int) -> range:
+    """The seed numbers of chunk ``c`` as its results file ran them (CHUNK of them; fewer in a smoke run)."""
+    info = _json(results / f"{chunk_name(c)}.json")
+    return claims.EXPERIMENTS[chunk_name(c)].seed_ids(int(info.get("seeds", CHUNK)))
+
+
+def chunk_done(results: Path, c: int, arm: str) -> bool:
+    """Chunk ``c`` of ``arm`` is trained (its per-seed numbers in the chunk's results file) and
+    rescored (each seed's final policy in the chunk's rescore file)."""
+    trained = arm in _json(results / f"{chunk_name(c)}.json").get("per_seed", {})
+    runs = _json(results / f"{chunk_name(c)}_rescore.json").get("runs", {})
+    return trained and all(rescore.run_key(chunk_name(c), arm, s) in runs for s in chunk_seeds(results, c))
+
+
+def run(arms: list[str], out: Path, results: Path, extra: list[str], chunks: int) -> None:
+    """Train and rescore every (arm, chunk) not yet done, arm by arm in the protocol's order."""
+    order = [a.label for a in experiment().arms]
     for arm in arms:
-        _log(out / EXPERIMENT, event="start", arm=arm, commit=_commit(), argv=extra)
-        claims.main(["--experiment", EXPERIMENT, "--arms", arm, "--out", str(out), "--results", str(results),
-                     "--quiet", *extra])
-        _log(out / EXPERIMENT, event="finish", arm=arm)
+        for c in range(chunks):
+            if chunk_done(results, c, arm):
+                continue
+            _log(results, event="start", arm=arm, chunk=c, commit=_commit(), argv=extra)
+            claims.main(["--experiment", chunk_name(c), "--arms", arm, "--out", str(out), "--results", str(results),
+                         "--quiet", *extra])
+            trained = [a for a in order if a in _json(results / f"{chunk_name(c)}.json").get("per_seed", {})]
+            rescore.main(["--experiment", chunk_name(c), "--arms", ",".join(trained), "--tasks",
+                          str(32 if extra else RESCORE_TASKS), "--name", f"{chunk_name(c)}_rescore", "--out",
+                          str(out), "--results", str(results), *extra])
+            _log(results, event="finish", arm=arm, chunk=c)
 
 
 # -- statistics ------------------------------------------------------------------------
@@ -105,37 +154,33 @@ def decision(test: dict, h: dict) -> str:
 
 
 # -- report ----------------------------------------------------------------------------
-def _fresh_scores(rescored: dict, arm: str, seeds) -> Optional[list[float]]:
-    runs = rescored.get("runs", {})
-    keys = [rescore.run_key(EXPERIMENT, arm, s) for s in seeds]
-    return [runs[k]["fresh"] for k in keys] if all(k in runs for k in keys) else None
+def _merged(results: Path, chunks: int) -> tuple[dict, dict, list[int]]:
+    """The chunks' per-seed numbers and rescored runs, per arm over the chunks in order, for the arms
+    every chunk holds (an arm with a chunk missing is not complete)."""
+    per_seed, fresh, seeds = {}, {}, []
+    files = [(_json(results / f"{chunk_name(c)}.json"), _json(results / f"{chunk_name(c)}_rescore.json"))
+             for c in range(chunks)]
+    for a in experiment().arms:
+        if not all(a.label in f.get("per_seed", {}) for f, _ in files):
+            continue
+        per_seed[a.label] = [x for f, _ in files for x in f["per_seed"][a.label]]
+        keys = [(r.get("runs", {}), rescore.run_key(chunk_name(c), a.label, s)) for c, (_, r) in enumerate(files)
+                for s in chunk_seeds(results, c)]
+        fresh[a.label] = [runs[k]["fresh"] for runs, k in keys] if all(k in runs for runs, k in keys) else None
+    seeds = [s for c in range(chunks) for s in chunk_seeds(results, c)]
+    return per_seed, fresh, seeds
 
 
-def _curves(out: Path, arm: str, seeds) -> dict:
-    """Per seed, per iteration: training success and the gated share of records (graph/gated_share)."""
+def _curves(per_seed: list[dict], seeds: list[int]) -> dict:
+    """Per seed, per iteration: training success and the gated share of records (from the runs'
+    metrics as the chunk results keep them: ``curve`` and ``gated_share``)."""
+    return {s: {"iteration": [c[0] for c in x["curve"]], "held_out": [c[2] for c in x["curve"]],
+                "gated_share": x.get("gated_share", [])} for s, x in zip(seeds, per_seed)}
+
+
+def report(results: Path, chunks: int, out_results: Path) -> dict:
     exp = experiment()
-    res = {}
-    for s, d in exp.run_dirs(out / EXPERIMENT, arm, len(seeds)).items():
-        rows = read_metrics(d) if (d / "metrics.jsonl").exists() else []
-        res[s] = {"iteration": [r["iteration"] for r in rows if "success_rate" in r],
-                  "success": [r["success_rate"] for r in rows if "success_rate" in r],
-                  # the iterations' batches (iteration 0 is an evaluation only; GRPO builds no graph)
-                  "gated_iteration": [r["iteration"] for r in rows if "graph/gated_share" in r],
-                  "gated_share": [r["graph/gated_share"] for r in rows if "graph/gated_share" in r]}
-    return res
-
-
-def report(out: Path, results: Path) -> dict:
-    exp = experiment()
-    runs_file = results / f"{EXPERIMENT}.json"
-    if not runs_file.exists():
-        raise SystemExit(f"{runs_file} is missing: run `python experiments/confirmatory.py run` first.")
-    runs = json.loads(runs_file.read_text())
-    rescored_file = results / f"{RESCORE_NAME}.json"
-    rescored = json.loads(rescored_file.read_text()) if rescored_file.exists() else {}
-    per_seed = runs["per_seed"]
-    seeds = list(exp.seed_ids(int(runs["seeds"])))
-    fresh = {a.label: _fresh_scores(rescored, a.label, seeds) for a in exp.arms if a.label in per_seed}
+    per_seed, fresh, seeds = _merged(results, chunks)
     primary = [c.name for c in claims.CONFIRMATORY_PRIMARY]
 
     def contrast(c) -> Optional[dict]:
@@ -161,21 +206,22 @@ def report(out: Path, results: Path) -> dict:
     adjusted = holm(endpoint) if family_complete else {}
     for k, h in adjusted.items():
         table[k]["holm"] = {**h, "decision": decision(table[k]["fresh_512"], h)}
-    curves = {a: _curves(out, a, seeds) for a in per_seed}
-    log_file = out / EXPERIMENT / "log.jsonl"
+    curves = {a: _curves(per_seed[a], seeds) for a in per_seed}
+    log_file = results / "log.jsonl"
     events = [json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else []
     summary = dict(command="python experiments/confirmatory.py report", machine=platform.platform(),
                    protocol="docs/confirmatory.md", seeds=seeds, arms=[a.label for a in exp.arms],
-                   arms_done=sorted(per_seed), rescored=sorted(k for k, v in fresh.items() if v is not None),
+                   arms_done=[a for a in per_seed], rescored=[k for k, v in fresh.items() if v is not None],
                    family_complete=family_complete, alpha=ALPHA, contrasts=table, events=events,
                    gated_share=_gated_summary(curves), curves=curves,
                    per_seed={a: [{k: x[k] for k in ("held_out_before", "held_out_after", "train_before",
                                                      "train_after")} for x in per_seed[a]] for a in per_seed},
-                   per_task_scores=f"experiments/results/{RESCORE_NAME}.json (runs/<run>/per_task)")
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "confirmatory.json").write_text(json.dumps(summary, indent=1))
-    (results / "confirmatory.md").write_text(_markdown(summary, primary))
-    _plot(curves, results / "confirmatory.png")
+                   chunks=chunks, per_task_scores="experiments/results/confirmatory/confirmatory_runs_<c>_rescore.json "
+                                                 "(runs/<run>/per_task)")
+    out_results.mkdir(parents=True, exist_ok=True)
+    (out_results / "confirmatory.json").write_text(json.dumps(summary, indent=1))
+    (out_results / "confirmatory.md").write_text(_markdown(summary, primary))
+    _plot(curves, out_results / "confirmatory.png")
     return summary
 
 
@@ -245,7 +291,8 @@ def _markdown(s: dict, primary: list[str]) -> str:
     for arm, g in s["gated_share"].items():
         lines.append(f"| {arm} | {g['first']:.2f} | {g['middle']:.2f} | {g['last']:.2f} |")
     lines += ["", "## Every run started", ""]
-    lines += [f"- {e['time']}: {e['event']} {e['arm']}" + (f" (commit {e['commit']})" if e.get("commit") else "")
+    lines += [f"- {e['time']}: {e['event']} {e['arm']}, chunk {e.get('chunk')}" +
+              (f" (commit {e['commit']})" if e.get("commit") else "")
               for e in s["events"]] or ["- none yet"]
     return "\n".join(lines) + "\n"
 
@@ -258,17 +305,17 @@ def _plot(curves: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for arm, per in curves.items():
-        series = [c for c in per.values() if c["success"]]
+        series = [c for c in per.values() if c["held_out"]]
         if not series:
             continue
-        n = min(len(c["success"]) for c in series)
-        its = series[0]["iteration"][:n]
-        axes[0].plot(its, np.mean([c["success"][:n] for c in series], axis=0), label=arm)
-        g = [c for c in series if c["gated_share"]]
+        n = min(len(c["held_out"]) for c in series)
+        axes[0].plot(series[0]["iteration"][:n], np.mean([c["held_out"][:n] for c in series], axis=0), "o-",
+                     label=arm)
+        g = [c["gated_share"] for c in series if c["gated_share"]]
         if g:
-            m = min(len(c["gated_share"]) for c in g)
-            axes[1].plot(g[0]["gated_iteration"][:m], np.mean([c["gated_share"][:m] for c in g], axis=0), label=arm)
-    axes[0].set(xlabel="iteration", ylabel="training success (mean over seeds)")
+            m = min(len(x) for x in g)
+            axes[1].plot(np.arange(1, m + 1), np.mean([x[:m] for x in g], axis=0), label=arm)
+    axes[0].set(xlabel="iteration", ylabel="held-out success, 128 levels (mean over seeds)")
     axes[1].set(xlabel="iteration", ylabel="gated share of records (mean over seeds)")
     for ax in axes:
         ax.legend(fontsize=7)
@@ -279,13 +326,15 @@ def _plot(curves: dict, path: Path) -> None:
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("step", choices=("run", "rescore", "report"))
-    p.add_argument("--arms", default="", help="run / rescore: which of the protocol's arms to work on now "
+    p.add_argument("step", choices=("run", "report"))
+    p.add_argument("--arms", default="", help="run: which of the protocol's arms to work on now "
                                                "(default: all, in the protocol's order)")
     p.add_argument("--out", default=str(ROOT / "runs" / "claims"))
-    p.add_argument("--results", default=str(ROOT / "experiments" / "results"))
-    p.add_argument("--smoke", action="store_true", help="2 iterations, 2 seeds, 4 groups, 16 held-out levels, into "
-                                                        "--out and --results you give (a check, not the test)")
+    p.add_argument("--results", default=str(ROOT / "experiments" / "results"),
+                   help="the chunks' files go to <results>/confirmatory/, the report to <results>/")
+    p.add_argument("--smoke", action="store_true", help="the first chunk only, 2 iterations, 2 seeds, 4 groups, "
+                                                        "16 held-out levels, into --out and --results you give "
+                                                        "(a check of the machinery, not the test)")
     args = p.parse_args(argv)
     exp = experiment()
     labels = [a.label for a in exp.arms]
@@ -297,14 +346,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     smoke = ["--seeds", "2", "--iterations", "2", "--groups", "4", "--eval-tasks", "16"] if args.smoke else []
     if args.smoke and (out == ROOT / "runs" / "claims" or results == ROOT / "experiments" / "results"):
         raise SystemExit("--smoke writes elsewhere: give --out and --results of a scratch directory.")
+    chunks = 1 if args.smoke else CHUNKS
     if args.step == "run":
-        run([a for a in labels if a in arms], out, results, smoke)
-    elif args.step == "rescore":
-        rescore.main(["--experiment", EXPERIMENT, "--tasks", str(32 if args.smoke else RESCORE_TASKS),
-                      "--name", RESCORE_NAME, "--out", str(out), "--results", str(results),
-                      *(["--arms", ",".join(a for a in labels if a in arms)] if args.arms else []), *smoke])
+        run([a for a in labels if a in arms], out, results / "confirmatory", smoke, chunks)
     else:
-        report(out, results)
+        report(results / "confirmatory", chunks, results)
     return 0
 
 

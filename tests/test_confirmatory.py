@@ -16,8 +16,13 @@ def test_the_protocol_is_fixed_in_code():
     assert (exp.seeds, exp.first_seed, exp.iterations, exp.eval_every) == (16, 100, 60, 30)
     assert exp.base == claims.MAIN_JOB  # the recipe as it is
     # fresh seeds: no other experiment's seeds reach 100
-    others = [e for n, e in claims.EXPERIMENTS.items() if n != "confirmatory_runs"]
+    others = [e for n, e in claims.EXPERIMENTS.items() if not n.startswith("confirmatory_runs")]
     assert max(max(e.seed_ids(e.seeds)) for e in others) < min(exp.seed_ids(exp.seeds))
+    # four chunks of four seeds cover the sixteen, each the protocol's experiment otherwise
+    chunks = [claims.EXPERIMENTS[cf.chunk_name(c)] for c in range(cf.CHUNKS)]
+    assert [s for e in chunks for s in e.seed_ids(e.seeds)] == list(range(100, 116))
+    assert all((e.base, e.arms, e.contrasts, e.iterations) == (exp.base, exp.arms, exp.contrasts, exp.iterations)
+               for e in chunks)
     assert [c.name for c in claims.CONFIRMATORY_PRIMARY] == [
         "gated_bepo - gigpo", "gated_bepo - ladder_fp_added", "gated_bepo - grpo", "gated_bepo - hgpo"]
     ladder = {a.label: a for a in claims.ESTIMATOR_ARMS}["ladder_fp_added"]
@@ -57,24 +62,29 @@ def test_size_verdicts():
 
 
 @pytest.mark.slow
-def test_run_rescore_report_chain(tmp_path):
+def test_run_and_report_chain(tmp_path):
     out, res = tmp_path / "runs", tmp_path / "res"
-    common = ["--smoke", "--arms", "gated_bepo,grpo", "--out", str(out), "--results", str(res)]
+    common = ["--smoke", "--out", str(out), "--results", str(res)]
     with pytest.raises(SystemExit, match="--smoke writes elsewhere"):
         cf.main(["run", "--smoke", "--arms", "grpo"])
-    cf.main(["run", *common])
-    cf.main(["rescore", *common])
-    cf.main(["report", "--out", str(out), "--results", str(res)])
+    cf.main(["run", "--arms", "gated_bepo,grpo", *common])
+    chunk = res / "confirmatory"
+    assert cf.chunk_done(chunk, 0, "gated_bepo") and cf.chunk_done(chunk, 0, "grpo")
+    cf.main(["run", "--arms", "gated_bepo,grpo", *common])  # done chunks are not trained again
+    cf.main(["report", *common])
     summary = json.loads((res / "confirmatory.json").read_text())
-    rescored = json.loads((res / "confirmatory_rescore.json").read_text())["runs"]
-    d = [100 * (rescored[f"confirmatory_runs/gated_bepo/seed{s}"]["fresh"] -
-                rescored[f"confirmatory_runs/grpo/seed{s}"]["fresh"]) for s in (100, 101)]
+    rescored = json.loads((chunk / "confirmatory_runs_0_rescore.json").read_text())["runs"]
+    d = [100 * (rescored[f"confirmatory_runs_0/gated_bepo/seed{s}"]["fresh"] -
+                rescored[f"confirmatory_runs_0/grpo/seed{s}"]["fresh"]) for s in (100, 101)]
     got = summary["contrasts"]["gated_bepo - grpo"]["fresh_512"]
     assert got["mean"] == pytest.approx(np.mean(d)) and got["seeds"] == 2
+    recorded = json.loads((chunk / "confirmatory_runs_0.json").read_text())["per_seed"]
+    held = [100 * (a["held_out_after"] - b["held_out_after"]) for a, b in zip(recorded["gated_bepo"], recorded["grpo"])]
+    assert summary["contrasts"]["gated_bepo - grpo"]["held_out_128"]["mean"] == pytest.approx(np.mean(held))
     assert not summary["family_complete"] and "holm" not in summary["contrasts"]["gated_bepo - grpo"]
-    events = [json.loads(x) for x in (out / "confirmatory_runs" / "log.jsonl").read_text().splitlines()]
-    assert [(e["event"], e["arm"]) for e in events] == [("start", "gated_bepo"), ("finish", "gated_bepo"),
-                                                        ("start", "grpo"), ("finish", "grpo")]
+    events = [json.loads(x) for x in (chunk / "log.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["arm"], e["chunk"]) for e in events] == [("start", "gated_bepo", 0), ("finish", "gated_bepo", 0),
+                                                                    ("start", "grpo", 0), ("finish", "grpo", 0)]
     md = (res / "confirmatory.md").read_text()
     assert "The family is not complete yet" in md and "start gated_bepo" in md
     assert set(summary["gated_share"]) == {"gated_bepo"}  # GRPO builds no graph
