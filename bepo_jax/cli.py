@@ -125,6 +125,28 @@ def _credit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _learn(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from .lab.learning import LearningConfig
+    from .lab.learning_report import compact, markdown, plot, run, summarize
+
+    cfg = LearningConfig(iterations=args.iterations, num_groups=args.groups, group_size=args.group_size,
+                         learning_rate=args.learning_rate, seeds=args.seeds, seed=args.seed)
+    t0 = time.perf_counter()
+    res = run([args.env], _csv(args.estimators), cfg, starts=_csv(args.starts), quiet=args.quiet)
+    summary = summarize(res)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "bepo-jax " + " ".join(sys.argv[1:])
+    (out / "learn.json").write_text(json.dumps({"command": command, **compact(res), "summary": summary}))
+    (out / "learn.md").write_text(markdown(res, summary, command, time.perf_counter() - t0))
+    plot(res, out / "learn.png")
+    print(f"wrote {out / 'learn.json'}, learn.md and learn.png")
+    return 0
+
+
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     from .envs.registry import BUILTIN_ENVS
     from .train import RunConfig
@@ -194,6 +216,26 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("--quiet", action="store_true", help="no progress bar")
     cr.add_argument("--record-command", action="store_true", help="write the command line into credit.md")
     cr.set_defaults(func=_credit)
+
+    le = sub.add_parser("learn", help="exact tabular learning curves: a softmax policy trained with each estimator "
+                                      "(credit lab's enumerated models; docs/credit-lab.md)")
+    le.add_argument("--env", choices=LAB_ENVS, default="key_door")
+    le.add_argument("--estimators", default="grpo,gigpo,gated_bepo",
+                    help="comma-separated registry names or LABEL=NAME:field=value specs")
+    le.add_argument("--starts", default="uniform,peaked",
+                    help="uniform and/or peaked (Boltzmann over Q* succeeding half the time)")
+    from .lab.learning import LearningConfig
+
+    ld = LearningConfig()
+    le.add_argument("--iterations", type=int, default=ld.iterations)
+    le.add_argument("--groups", type=int, default=ld.num_groups, help="groups per step")
+    le.add_argument("--group-size", type=int, default=ld.group_size)
+    le.add_argument("--learning-rate", type=float, default=ld.learning_rate, help="on the logits")
+    le.add_argument("--seeds", type=int, default=ld.seeds)
+    le.add_argument("--seed", type=int, default=ld.seed)
+    le.add_argument("--out", required=True, help="output directory (learn.json, learn.md, learn.png)")
+    le.add_argument("--quiet", action="store_true")
+    le.set_defaults(func=_learn)
 
     d = sub.add_parser("demo", help="print every estimator's credit on the paper's four trajectory patterns")
     defaults = GatedBEPOConfig()

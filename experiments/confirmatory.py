@@ -292,7 +292,7 @@ def _markdown(s: dict, primary: list[str]) -> str:
         lines.append(f"| {arm} | {g['first']:.2f} | {g['middle']:.2f} | {g['last']:.2f} |")
     lines += ["", "## Every run started", ""]
     lines += [f"- {e['time']}: {e['event']} {e['arm']}, chunk {e.get('chunk')}" +
-              (f" (commit {e['commit']})" if e.get("commit") else "")
+              (f" (commit {e['commit']})" if e.get("commit") else "") + (f": {e['reason']}" if e.get("reason") else "")
               for e in s["events"]] or ["- none yet"]
     return "\n".join(lines) + "\n"
 
