@@ -24,7 +24,6 @@ warm-started policy, where most states show one successor in a group.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,9 +32,9 @@ from jaxtyping import Array, Float
 
 from .._config import check_int, check_range
 from .exact import boltzmann_policy, evaluate
-from .model import TabularModel, padded_index
+from .model import TabularModel
 from .quality import EstimatorSpec
-from .sample import _sample
+from .sample import PaddedTables, _sample, padded_tables
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -61,28 +60,11 @@ class LearningConfig:
         check_int(n, "seed", self.seed, lo=0)
 
 
-class _Tables(NamedTuple):
-    next_state: Array
-    log_prob: Array
-    prob: Array
-    reward: Array
-    success: Array
-    ended: Array
-    obs_key: Array
-    start: Array
+def _tables(model: TabularModel) -> PaddedTables:
+    return PaddedTables(*(jnp.asarray(x) for x in padded_tables(model)))
 
 
-def _tables(model: TabularModel) -> _Tables:
-    take = padded_index(0, model.num_states)  # unreachable padding rows: one compile per size bucket
-    grow = lambda x: jnp.asarray(np.asarray(x)[take])
-    with np.errstate(divide="ignore"):
-        log_prob = np.log(np.asarray(model.prob, np.float64)).astype(np.float32)
-    return _Tables(grow(model.next_state), grow(log_prob), grow(np.asarray(model.prob, np.float32)),
-                   grow(np.asarray(model.reward, np.float32)), grow(model.success), grow(model.ended),
-                   grow(model.obs_key), jnp.int32(model.start))
-
-
-def success_probability(tables: _Tables, pi: Float[Array, "S A"], horizon: int) -> Array:
+def success_probability(tables: PaddedTables, pi: Float[Array, "S A"], horizon: int) -> Array:
     """P_0(start): the exact probability of success within ``horizon`` steps (module docstring, 4)."""
     cont = (~tables.ended).astype(jnp.float32)
     win = tables.success.astype(jnp.float32)
@@ -106,7 +88,7 @@ def _policy_gradient(theta, state, action, adv, valid, n_traj):
     return g / n_traj
 
 
-def _run(tables: _Tables, theta0, key, kernel, est_cfg, *, seeds, num_groups, group_size, horizon, iterations, lr):
+def _run(tables: PaddedTables, theta0, key, kernel, est_cfg, *, seeds, num_groups, group_size, horizon, iterations, lr):
     """Every seed at once: sampling, gradients and evaluation vmapped over the seeds; the estimator
     once per iteration on all seeds' groups together (groups are independent, and a vmapped kernel
     would turn its state-bucket switch into a select over every bucket)."""

@@ -61,6 +61,34 @@ def _sample(key, log_pi, next_state, log_prob, reward, success, ended, obs_key, 
     return Sampled(batch, s, jnp.where(valid, a, -1), won)
 
 
+class PaddedTables(NamedTuple):
+    """A model's transition tables padded to a power-of-two state count (unreachable rows), as
+    the sampler takes them: one compiled sampler serves every task of a similar size."""
+
+    next_state: np.ndarray
+    log_prob: np.ndarray
+    prob: np.ndarray
+    reward: np.ndarray
+    success: np.ndarray
+    ended: np.ndarray
+    obs_key: np.ndarray
+    start: np.int32
+
+    def pad(self, x) -> np.ndarray:
+        """Per-state rows of ``x`` (e.g. a policy) padded like the tables."""
+        return np.asarray(x)[padded_index(0, len(x))]
+
+
+def padded_tables(model: TabularModel) -> PaddedTables:
+    take = padded_index(0, model.num_states)
+    grow = lambda x: np.asarray(x)[take]
+    with np.errstate(divide="ignore"):
+        log_prob = np.log(np.asarray(model.prob, np.float64)).astype(np.float32)
+    return PaddedTables(grow(model.next_state), grow(log_prob), grow(np.asarray(model.prob, np.float32)),
+                        grow(np.asarray(model.reward, np.float32)), grow(model.success), grow(model.ended),
+                        grow(model.obs_key), np.int32(model.start))
+
+
 def sample_groups(model: TabularModel, probs, key, *, num_groups: int, group_size: int) -> Sampled:
     """``num_groups`` groups of ``group_size`` trajectories under ``probs`` (module docstring)."""
     if num_groups < 1 or group_size < 1:
@@ -68,15 +96,9 @@ def sample_groups(model: TabularModel, probs, key, *, num_groups: int, group_siz
     pi = check_probs(model, probs)
     with np.errstate(divide="ignore"):
         log_pi = np.log(pi).astype(np.float32)
-        log_prob = np.log(np.asarray(model.prob, np.float64)).astype(np.float32)
-    # Pad the tables to a power-of-two state count (unreachable rows): one compiled sampler
-    # serves every task of a similar size.
-    take = padded_index(0, model.num_states)
-    grow = lambda x: np.asarray(x)[take]
-    return _sample(key, grow(log_pi), grow(model.next_state), grow(log_prob),
-                   grow(np.asarray(model.reward, np.float32)), grow(model.success), grow(model.ended),
-                   grow(model.obs_key), np.int32(model.start), num_groups=num_groups, group_size=group_size,
-                   horizon=int(model.horizon))
+    t = padded_tables(model)
+    return _sample(key, t.pad(log_pi), t.next_state, t.log_prob, t.reward, t.success, t.ended, t.obs_key, t.start,
+                   num_groups=num_groups, group_size=group_size, horizon=int(model.horizon))
 
 
 def group_trajectories(sampled: Sampled, group: int, labels) -> list:
