@@ -83,13 +83,25 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from .train.arms import Arm, parse_arms
     from .train.compare import compare
-    from .estimators.registry import ESTIMATORS
 
-    names = [n.strip() for n in args.estimators.split(",") if n.strip()]
-    base = _run_config(args, estimator=names[0] if names and names[0] in ESTIMATORS else None)
+    arms = parse_arms(args.arms or args.estimators)
+    shared = _parse_set(args.set)
+    if shared:  # --set: the same field on every arm (per-arm settings: LABEL=NAME:field=value)
+        with_set = []
+        for a in arms:
+            try:
+                with_set.append(Arm(a.label, a.estimator, {**shared, **a.config}, a.run))
+            except ValueError as e:
+                raise ValueError(f"--set {' '.join(args.set)} does not apply to arm {a.label!r} ({e}); to set a "
+                                 f"field on one arm write it into that arm: --arms "
+                                 f"'{a.label}=NAME:field=value,...'.") from None
+        arms = tuple(with_set)
+    args.set = None
+    base = _run_config(args, estimator=arms[0].estimator)
     out = Path(args.out or f"runs/compare_{base.env}")
-    table = compare(base, names, seeds=args.seeds, out=out, threshold=args.threshold, progress=not args.quiet,
+    table = compare(base, arms, seeds=args.seeds, out=out, threshold=args.threshold, progress=not args.quiet,
                     seeds_in_one_program=False if args.sequential_seeds else None)
     print(table)
     print(f"results: {out}/compare.md, compare.json, compare.png")
@@ -147,7 +159,7 @@ def _learn(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_run_flags(p: argparse.ArgumentParser) -> None:
+def _add_run_flags(p: argparse.ArgumentParser, out_default: str) -> None:
     from .envs.registry import BUILTIN_ENVS
     from .train import RunConfig
 
@@ -157,7 +169,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                         f"(a factory run_config -> JaxEnv; README, 'Bring your own environment') (default {d.env})")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="estimator config override (repeatable), e.g. --set lam=0.5")
-    p.add_argument("--out", help="run directory (default runs/<env>_<estimator>_s<seed>)")
+    p.add_argument("--out", help=f"(default {out_default})")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--unconstrained", action="store_true",
                    help="sample any tokens (default: constrained to the action words)")
@@ -177,18 +189,23 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a policy with an estimator's credit (the main job)")
     t.add_argument("--estimator", choices=list(ESTIMATORS), default=None, help="(default gated_bepo)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
-    _add_run_flags(t)
+    _add_run_flags(t, "runs/<env>_<estimator>_s<seed>: the run directory")
     t.set_defaults(func=_train)
 
-    c = sub.add_parser("compare", help="train several estimators x seeds; table with 95%% CIs and one plot")
-    c.add_argument("--estimators", default="grpo,gigpo,gated_bepo",
-                   help=f"comma-separated, from: {', '.join(ESTIMATORS)}")
+    c = sub.add_parser("compare", help="train several arms (estimators and their settings) x seeds; table with 95%% "
+                                       "CIs and one plot")
+    c.add_argument("--arms", default=None,
+                   help="comma-separated registry names or LABEL=NAME:field=value specs, e.g. "
+                        f"'grpo,gigpo,lam0=gated_bepo:lam=0' (registry: {', '.join(ESTIMATORS)}); the first arm is "
+                        "the reference of the paired differences (default: --estimators)")
+    c.add_argument("--estimators", default="grpo,gigpo,gated_bepo", help="the same as --arms (the older name)")
     c.add_argument("--seeds", type=int, default=3)
     c.add_argument("--threshold", type=float, default=0.5, help="success rate for 'iterations to threshold'")
     c.add_argument("--sequential-seeds", action="store_true",
                    help="run the seeds one after another (default on JAX environments: all seeds of an estimator "
                         "as one compiled program; the same numbers to float32 tolerance)")
-    _add_run_flags(c)
+    _add_run_flags(c, "runs/compare_<env>: one run directory per arm and seed, <out>/<label>/seed<s>, and "
+                      "compare.md/json/png; finished runs of another config there are refused")
     c.set_defaults(func=_compare)
 
     e = sub.add_parser("eval", help="success rate of a checkpoint on held-out tasks")

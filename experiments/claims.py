@@ -83,9 +83,10 @@ import numpy as np  # noqa: E402
 
 from bepo_jax.envs.registry import is_host_env  # noqa: E402
 from bepo_jax.envs.sokoban import SokobanConfig, SokobanEnv  # noqa: E402
-from bepo_jax.train import RunConfig, mean_ci, paired_combination, read_metrics, train, train_seeds  # noqa: E402
+from bepo_jax.train import RunConfig, mean_ci, paired_combination, read_metrics  # noqa: E402
+from bepo_jax.train import arms as runner  # noqa: E402
+from bepo_jax.train.arms import COLLAPSE, Arm, action_curves  # noqa: E402
 from bepo_jax.train.rundir import is_finished_run_of  # noqa: E402
-from experiments.learning_rate import COLLAPSE, action_curves  # noqa: E402
 from experiments.readme_tables import collapsed_seeds, points  # noqa: E402
 
 
@@ -93,16 +94,6 @@ def sokoban_hard(cfg: RunConfig) -> SokobanEnv:
     """E1-hard's room (an ``--env`` import path, so a resumed run rebuilds it): 7x7,
     up to ``cfg.boxes`` boxes, 50 backward scrambling moves, 20 steps."""
     return SokobanEnv(SokobanConfig(size=7, num_boxes=(1, cfg.boxes), reverse_steps=50, max_steps=20))
-
-
-@dataclasses.dataclass(frozen=True)
-class Arm:
-    """An arm: the estimator, its config fields, and RunConfig overrides (``run``)."""
-
-    label: str
-    estimator: str
-    config: dict = dataclasses.field(default_factory=dict)
-    run: dict = dataclasses.field(default_factory=dict)
 
 
 ESTIMATOR_ARMS = (
@@ -188,7 +179,7 @@ class Experiment:
 
     def run_dirs(self, out: Path, label: str, seeds: int) -> dict[int, Path]:
         """Seed number -> run directory (``out/<arm label>/seed<number>``) of one arm."""
-        return {s: out / label / f"seed{s}" for s in self.seed_ids(seeds)}
+        return {s: Path(out) / label / f"seed{s}" for s in self.seed_ids(seeds)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +269,7 @@ SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
 def seed_numbers(rows: list[dict]) -> dict:
     """One run's numbers: success at the start and the end (held-out and training tasks),
     the evaluation curve against cumulative environment steps, and per iteration the
-    action entropy and the largest action share (``learning_rate.action_curves``) and the
+    action entropy and the largest action share (``bepo_jax.train.arms.action_curves``) and the
     share of records the gate admitted (graph estimators)."""
     steps = np.cumsum([r.get("env_steps", 0.0) for r in rows])
     ev = [(int(r["iteration"]), float(s), r["eval/success_rate"], r["eval_train/success_rate"])
@@ -370,7 +361,7 @@ def base_config(exp: Experiment, scale: dict, iterations: int) -> RunConfig:
 
 def arm_config(base: RunConfig, arm: Arm) -> RunConfig:
     """One arm's config (every seed's, but for ``seed``)."""
-    return base.replace(estimator=arm.estimator, estimator_config=dict(arm.config), **arm.run)
+    return arm.config_for(base)
 
 
 def finished_run(run_dir: Path, cfg: RunConfig) -> bool:
@@ -383,14 +374,12 @@ def finished_run(run_dir: Path, cfg: RunConfig) -> bool:
 
 def run_arm(exp: Experiment, arm: Arm, base: RunConfig, seeds: int, out: Path, *, progress: bool, mesh=None
             ) -> list[dict]:
-    cfg = arm_config(base, arm)
-    dirs = exp.run_dirs(out, arm.label, seeds)
-    todo = [s for s, d in dirs.items() if not finished_run(d, cfg.replace(seed=s))]
-    if todo and not is_host_env(cfg.env):
-        train_seeds(cfg, todo, [dirs[s] for s in todo], resume=True, progress=progress, mesh=mesh)
-    for s in todo if is_host_env(cfg.env) else ():
-        train(cfg.replace(seed=s), dirs[s], resume=(dirs[s] / "config.json").exists(), progress=progress)
-    return [seed_numbers(read_metrics(d)) for d in dirs.values()]
+    """The library's runner (``bepo_jax.train.arms.run_arm``) on the experiment's seeds; each seed's numbers."""
+    try:
+        rows = runner.run_arm(base, arm, list(exp.seed_ids(seeds)), out, progress=progress, mesh=mesh)
+    except ValueError as e:
+        raise SystemExit(f"--out: {e}") from None
+    return [seed_numbers(r) for r in rows]
 
 
 def fmt(mh, d: int = 3) -> str:
@@ -432,15 +421,9 @@ def plot(exp: Experiment, per_arm: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def arm_text(a: Arm) -> str:
-    """An arm's estimator and the fields it sets, as the report's second column shows them."""
-    fields = {**a.config, **a.run}
-    return a.estimator + (f" ({', '.join(f'{k}={v}' for k, v in fields.items())})" if fields else "")
-
-
 def arm_record(a: Arm) -> dict:
     """An arm's definition as its results file records it."""
-    return dict(estimator=a.estimator, config=a.config, run=a.run)
+    return {k: v for k, v in a.to_dict().items() if k != "label"}
 
 
 def earlier_arms(path: Path, exp: Experiment, base: RunConfig, seeds: int, scale: str) -> dict[str, list[dict]]:
@@ -540,14 +523,14 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
              f"after | change from start | minus {ref} | collapsed seeds |", "|---|---|---|---|---|---|---|---|---|"]
     arm_of = {a.label: a for a in exp.arms}
     for label, s in summary.items():
-        est = arm_text(arm_of[label])
+        est = arm_of[label].describe()
         diff = lambda k: ("reference" if label == ref else f"{fmt(s[k + '_minus_' + ref])} ({s[k + '_verdict']})"
                           if k + "_minus_" + ref in s else f"n/a ({ref} not run yet)")
         lines.append(f"| {label} | {est} | {fmt(s['held_out_after'])} | {fmt(s['held_out_change'])} | "
                      f"{diff('held_out_after')} | {fmt(s['train_after'])} | {fmt(s['train_change'])} | "
                      f"{diff('train_after')} | {collapsed_seeds(s)} |")
     for label in pending:
-        lines.append(f"| {label} | {arm_text(arm_of[label])} | not run yet | | | | | | |")
+        lines.append(f"| {label} | {arm_of[label].describe()} | not run yet | | | | | | |")
     lines += by_eval_lines(summary, ref)
     lines += contrast_lines(contrasts, waiting)
     if per_arm:

@@ -28,20 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from bepo_jax.train import RunConfig, mean_ci, read_metrics, train_seeds  # noqa: E402
-from bepo_jax.train.rundir import is_finished_run_of  # noqa: E402
+from bepo_jax.train import RunConfig, mean_ci  # noqa: E402
+from bepo_jax.train.arms import COLLAPSE, Arm, action_curves, run_arm  # noqa: E402
 from experiments.bench_advantages import machine  # noqa: E402
-
-COLLAPSE = 0.9
-
-
-def action_curves(rows: list[dict]) -> tuple[list[int], list[float], list[float]]:
-    """Per training iteration (the rows that sampled actions): the iteration, the entropy of
-    the sampled actions' shares (nats) and the largest share (a policy collapsed onto one
-    action shows entropy near 0 and a share near 1)."""
-    acts = [r for r in rows if "actions/entropy" in r]
-    return ([r["iteration"] for r in acts], [float(r["actions/entropy"]) for r in acts],
-            [max(v for k, v in r.items() if k.startswith("actions/share_")) for r in acts])
 
 
 def seed_numbers(rows: list[dict]) -> dict:
@@ -65,12 +54,9 @@ def main(argv=None):
     start = time.perf_counter()
     table = {}
     for lr in rates:
-        cfg = RunConfig(learning_rate=lr, iterations=args.iterations)
-        dirs = [Path(args.out) / f"lr{lr:g}" / f"seed{s}" for s in range(args.seeds)]
-        todo = [i for i, d in enumerate(dirs) if not is_finished_run_of(d, cfg.replace(seed=i))]
-        if todo:
-            train_seeds(cfg, todo, [dirs[i] for i in todo], resume=True, progress=False)
-        per_seed = [seed_numbers(read_metrics(d)) for d in dirs]
+        arm = Arm(f"lr{lr:g}", "gated_bepo", run={"learning_rate": lr})
+        rows = run_arm(RunConfig(iterations=args.iterations), arm, range(args.seeds), args.out, progress=False)
+        per_seed = [seed_numbers(r) for r in rows]
         summary = {k: mean_ci([s[k] for s in per_seed]) for k in per_seed[0] if k != "collapse_iteration"}
         summary["held_out_change"] = mean_ci([s["held_out_after"] - s["held_out_before"] for s in per_seed])
         summary["train_change"] = mean_ci([s["train_after"] - s["train_before"] for s in per_seed])

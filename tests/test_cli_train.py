@@ -67,17 +67,35 @@ def test_train_writes_its_outputs_and_resume_continues_a_killed_run(tmp_path, ca
 
 
 @pytest.mark.slow
-def test_compare_writes_a_table_and_a_plot(tmp_path, capsys):
+def test_compare_writes_a_table_and_a_plot_and_refuses_runs_of_another_config(tmp_path, capsys):
     out = tmp_path / "cmp"
     tiny = [a for a in TINY]
     tiny[tiny.index("--iterations") + 1] = "2"
-    assert main(["compare", "--estimators", "grpo,gated_bepo", "--seeds", "2", "--out", str(out), *tiny]) == 0
+    assert main(["compare", "--arms", "grpo,lam0=gated_bepo:lam=0", "--seeds", "2", "--out", str(out), *tiny]) == 0
     table = (out / "compare.md").read_text()
-    assert "| grpo |" in table and "| gated_bepo |" in table and "+-" in table
+    assert "| grpo | grpo |" in table and "| lam0 | gated_bepo (lam=0) |" in table and "+-" in table
     assert (out / "compare.png").exists()
     summary = json.loads((out / "compare.json").read_text())["summary"]
-    assert summary["gated_bepo"]["runs"] == 2
+    assert summary["lam0"]["runs"] == 2 and summary["grpo"]["final_success_minus_grpo"][0] == 0.0
     assert len(list((out / "grpo").iterdir())) == 2
+    # the per-arm setting reached that arm's runs, and only them (the runs' own config.json)
+    assert json.loads((out / "lam0" / "seed1" / "config.json").read_text())["estimator_config"] == {"lam": 0}
+    assert json.loads((out / "grpo" / "seed0" / "config.json").read_text())["estimator_config"] == {}
+    # the paired column from the runs' own metrics: per seed, lam0's final held-out rate minus grpo's
+    diffs = [read_metrics(out / "lam0" / f"seed{s}")[-1]["eval/success_rate"]
+             - read_metrics(out / "grpo" / f"seed{s}")[-1]["eval/success_rate"] for s in (0, 1)]
+    assert summary["lam0"]["final_success_minus_grpo"][0] == pytest.approx(np.mean(diffs))
+    # the same --out with another setting: refused, never the old runs reported under the new one
+    capsys.readouterr()
+    lr = [*tiny, "--learning-rate", "0.01"]
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--arms", "grpo,lam0=gated_bepo:lam=0", "--seeds", "2", "--out", str(out), *lr])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "holds a finished run whose config differs" in err and "['learning_rate']" in err
+    with pytest.raises(SystemExit):  # another estimator setting under an existing label: refused too
+        main(["compare", "--arms", "grpo,lam0=gated_bepo:lam=1", "--seeds", "2", "--out", str(out), *tiny])
+    assert "['estimator_config']" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -91,6 +109,9 @@ def test_compare_writes_a_table_and_a_plot(tmp_path, capsys):
     (["train", "--groups", "0"], "RunConfig.groups"),
     (["train", "--head-init-scale", "0"], "RunConfig.head_init_scale"),
     (["compare", "--estimators", "grpo,nope"], "unknown estimator 'nope'; valid names: grpo"),
+    (["compare", "--arms", "grpo,gated_bepo", "--set", "lam=0"], "does not apply to arm 'grpo'"),
+    (["compare", "--arms", "grpo,grpo"], "the labels ['grpo'] appear twice"),
+    (["compare", "--arms", "a/b=grpo"], "a label names a directory"),
     (["eval", "--checkpoint", "/nonexistent/run"], "no config.json"),
 ])
 def test_bad_flags_name_the_valid_values(argv, message, capsys):

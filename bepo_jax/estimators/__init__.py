@@ -10,7 +10,7 @@ from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
 from .grpo import GRPOConfig, grpo, grpo_kernel, outcome_advantage
 from .hgpo import HGPOConfig, hgpo, hgpo_kernel
 from ._common import max_states_for
-from .registry import ESTIMATORS, Estimator, compute_advantages, get_estimator, make_config
+from .registry import ESTIMATORS, Estimator, compute_advantages, get_estimator, make_config, parse_estimator_spec
 
 __all__ = [
     "GRPOConfig", "grpo", "grpo_kernel", "outcome_advantage",
@@ -23,4 +23,5 @@ __all__ = [
     "ConfidenceConfig", "ConfidenceHead", "confidence_features", "confidence_loss", "confidence_returns",
     "confidence_returns_kernel",
     "ESTIMATORS", "Estimator", "compute_advantages", "get_estimator", "make_config", "max_states_for",
+    "parse_estimator_spec",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Callable, Mapping
 
 from ..types import StepBatch
@@ -73,6 +74,31 @@ def make_config(name: str, config: Any = None, **overrides):
     elif not isinstance(config, est.config_type):
         raise ValueError(f"estimator {name!r} takes a {est.config_type.__name__}, got {type(config).__name__}.")
     return config.replace(**overrides) if overrides else config
+
+
+def parse_estimator_spec(text: str) -> tuple[str, str, dict]:
+    """One estimator setting as text, the grammar every command shares: ``NAME`` or
+    ``LABEL=NAME:field=value:field=value`` (values read as JSON, else kept as strings), e.g.
+    ``lam0=gated_bepo:lam=0:eta_gated=1``. Returns ``(label, name, overrides)``; the name and
+    the fields are validated here (an unknown one raises, listing the valid ones)."""
+    head, *fields = text.strip().split(":")
+    label, _, name = head.partition("=")
+    label, name = label.strip(), (name or label).strip()
+    if not label:
+        raise ValueError(f"estimator spec {text!r} is empty; write NAME or LABEL=NAME:field=value "
+                         "(e.g. lam0=gated_bepo:lam=0).")
+    over = {}
+    for item in fields:
+        if "=" not in item:
+            raise ValueError(f"estimator spec {text!r}: write LABEL=NAME:field=value:field=value "
+                             "(e.g. lam0=gated_bepo:lam=0).")
+        k, v = item.split("=", 1)
+        try:
+            over[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            over[k.strip()] = v
+    make_config(name, **over)
+    return label, name, over
 
 
 def compute_advantages(name: str, batch: StepBatch, config: Any = None, *, check: bool = True, **overrides):

@@ -30,7 +30,6 @@ noise alone).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -38,7 +37,7 @@ import jax
 import numpy as np
 
 from .._config import check_int, check_range
-from ..estimators.registry import compute_advantages, get_estimator, make_config
+from ..estimators.registry import compute_advantages, make_config, parse_estimator_spec
 from ..types import SUCCESS, StepBatch
 from .exact import Evaluation, check_probs, evaluate
 from .model import TabularModel
@@ -72,22 +71,10 @@ def spec(label: str, name: Optional[str] = None, **overrides) -> EstimatorSpec:
 
 
 def parse_spec(text: str) -> EstimatorSpec:
-    """``"gated_bepo"`` or ``"LABEL=NAME:field=value:field=value"`` (JSON values, else
-    strings), e.g. ``bepo_lam0=gated_bepo:lam=0:eta_gated=1``."""
-    head, *fields = text.strip().split(":")
-    label, _, name = head.partition("=")
-    over = {}
-    for item in fields:
-        if "=" not in item:
-            raise ValueError(f"estimator spec {text!r}: write LABEL=NAME:field=value:field=value "
-                             "(e.g. bepo_lam0=gated_bepo:lam=0).")
-        k, v = item.split("=", 1)
-        try:
-            over[k] = json.loads(v)
-        except json.JSONDecodeError:
-            over[k] = v
-    get_estimator(name or label)
-    return spec(label, name or label, **over)
+    """``"gated_bepo"`` or ``"LABEL=NAME:field=value:field=value"`` (the grammar of
+    ``estimators.registry.parse_estimator_spec``), e.g. ``bepo_lam0=gated_bepo:lam=0:eta_gated=1``."""
+    label, name, over = parse_estimator_spec(text)
+    return spec(label, name, **over)
 
 
 DEFAULT_SUITE = tuple(spec(n) for n in ("grpo", "gigpo", "graphgpo", "hgpo", "gagpo", "gated_bepo", "bepo_nogate",

@@ -1,90 +1,110 @@
-"""``bepo-jax compare``: several estimators x seeds on one environment, one table, one plot.
+"""``bepo-jax compare``: several arms (estimators with their settings) x seeds on one
+environment, one table, one plot.
 
-Each (estimator, seed) is an ordinary training run under ``out/<estimator>/seed<s>``
-(so a comparison that is interrupted resumes where it stopped). On JAX environments the
-seeds of one estimator run as one compiled program (``train_seeds``; each seed equals
-its single run to float32 tolerance); ``seeds_in_one_program=False`` runs them one after
-another. The table reports, per estimator, the final held-out success rate and the
-iterations until the training success rate (trailing mean over ``window`` iterations)
-first reaches ``threshold``, each as mean +- the 95% confidence half-width of Student's t
-over the seeds.
+Each (arm, seed) is an ordinary training run under ``out/<label>/seed<s>``, trained by the
+one runner (``arms.run_arm``): an interrupted comparison resumes where it stopped, and a
+finished run of another config in ``out`` is refused (never reported under the new
+setting). On JAX environments the seeds of one arm run as one compiled program
+(``train_seeds``; each seed equals its single run to float32 tolerance);
+``seeds_in_one_program=False`` runs them one after another. The table reports, per arm,
+the success rate on the training and held-out tasks before and after training, the
+held-out difference from the first arm paired per seed (every arm of a seed shares its
+tasks and its initial policy), and the iterations until the training success rate
+(trailing mean) first reaches ``threshold``; each as mean +- the 95% Student-t
+half-width over the seeds.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
-
-from ..envs.registry import is_host_env
-from ..estimators.registry import get_estimator
+from .arms import Arm, collapsed, parse_arms, run_arm
 from .config import RunConfig
-from .loop import train, train_seeds
 from .plots import plot_comparison
-from .report import iterations_to, mean_ci
-from .rundir import is_finished, read_metrics
+from .report import iterations_to, mean_ci, paired_combination
 
 
-def _fmt(m: float, h: float, digits: int = 3) -> str:
+def _fmt(m: float, h: float, digits: int = 3, sign: bool = False) -> str:
     if math.isnan(m):
         return "n/a"
-    return f"{m:.{digits}f}" + ("" if math.isnan(h) else f" +- {h:.{digits}f}")
+    return f"{m:{'+' if sign else ''}.{digits}f}" + ("" if math.isnan(h) else f" +- {h:.{digits}f}")
 
 
-def compare(base: RunConfig, estimators: Sequence[str], *, seeds: int, out: str | Path, threshold: float = 0.5,
+def compare(base: RunConfig, arms: Sequence[str | Arm] | str, *, seeds: int, out: str | Path, threshold: float = 0.5,
             progress: bool = True, seeds_in_one_program: Optional[bool] = None, mesh=None) -> str:
-    """Run every estimator x seed (resuming finished or interrupted runs) and write
-    ``compare.md``, ``compare.json`` and ``compare.png`` under ``out``; returns the table.
+    """Run every arm x seed (resuming interrupted runs) and write ``compare.md``,
+    ``compare.json`` and ``compare.png`` under ``out``; returns the table.
 
-    ``seeds_in_one_program``: the seeds of an estimator as one program (default: on JAX
+    ``arms``: ``Arm``s, registry names or ``LABEL=NAME:field=value`` specs (``parse_arms``);
+    each arm's estimator config is its own (``base.estimator_config`` is not applied to it).
+    ``seeds``: seeds ``base.seed, ..., base.seed + seeds - 1`` of every arm.
+    ``seeds_in_one_program``: the seeds of an arm as one program (default: on JAX
     environments); ``mesh``: shard that program's run axis over the mesh's "runs" axis."""
-    if not estimators:
-        raise ValueError("--estimators is empty; give a comma-separated list of registry names.")
-    for name in estimators:
-        get_estimator(name)  # unknown names raise, listing the valid ones
+    arms = parse_arms(arms)
     if seeds < 1:
         raise ValueError(f"--seeds={seeds} must be >= 1.")
-    host = is_host_env(base.env)
-    if seeds_in_one_program and host:
-        raise ValueError(f"seeds_in_one_program: env={base.env!r} runs through the host loop; its seeds run one "
-                         "after another (seeds_in_one_program=False, or leave it unset).")
-    seeds_in_one_program = (not host) if seeds_in_one_program is None else seeds_in_one_program
     out = Path(out)
-    results = {}
-    for name in estimators:
-        cfg = base.replace(estimator=name)
-        all_seeds = [base.seed + s for s in range(seeds)]
-        dirs = {s: out / name / f"seed{s}" for s in all_seeds}
-        todo = [s for s in all_seeds if not is_finished(dirs[s], cfg.iterations)]
-        if todo and seeds_in_one_program:
-            train_seeds(cfg, todo, [dirs[s] for s in todo], resume=True, progress=progress, mesh=mesh)
-        for s in todo if not seeds_in_one_program else ():
-            train(cfg.replace(seed=s), dirs[s], resume=(dirs[s] / "config.json").exists(), progress=progress)
-        results[name] = [read_metrics(dirs[s]) for s in all_seeds]
+    seed_ids = [base.seed + s for s in range(seeds)]
+    results = {a.label: run_arm(base, a, seed_ids, out, progress=progress, mesh=mesh,
+                                seeds_in_one_program=seeds_in_one_program) for a in arms}
+    first = arms[0].label
     summary = {}
-    for name, runs in results.items():
-        final = [r[-1]["eval/success_rate"] for r in runs]
-        first = [r[0]["eval/success_rate"] for r in runs]
+    for a in arms:
+        runs = results[a.label]
         reach = [iterations_to(r, threshold) for r in runs]
-        summary[name] = {"final_success": mean_ci(final), "initial_success": mean_ci(first),
-                         "final_train_success": mean_ci([r[-1]["eval_train/success_rate"] for r in runs]),
-                         "initial_train_success": mean_ci([r[0]["eval_train/success_rate"] for r in runs]),
-                         "iterations_to_threshold": mean_ci([x for x in reach if x is not None]),
-                         "reached": sum(x is not None for x in reach), "runs": len(runs)}
-    lines = [f"env {base.env}, {base.iterations} iterations, {seeds} seed(s), threshold {threshold} "
-             f"(mean +- 95% CI over seeds)", "",
-             "| estimator | training-task success before | after | held-out success before | after "
-             "| iterations to threshold | reached |",
-             "|---|---|---|---|---|---|---|"]
-    for name, s in summary.items():
-        lines.append(f"| {name} | {_fmt(*s['initial_train_success'])} | {_fmt(*s['final_train_success'])} | "
-                     f"{_fmt(*s['initial_success'])} | {_fmt(*s['final_success'])} | "
-                     f"{_fmt(*s['iterations_to_threshold'], digits=1)} | {s['reached']}/{s['runs']} |")
-    table = "\n".join(lines)
+        summary[a.label] = {
+            "arm": a.to_dict(),
+            "final_success": mean_ci([r[-1]["eval/success_rate"] for r in runs]),
+            "initial_success": mean_ci([r[0]["eval/success_rate"] for r in runs]),
+            "final_train_success": mean_ci([r[-1]["eval_train/success_rate"] for r in runs]),
+            "initial_train_success": mean_ci([r[0]["eval_train/success_rate"] for r in runs]),
+            f"final_success_minus_{first}": mean_ci(paired_combination(
+                [(results[a.label], 1.0), (results[first], -1.0)], lambda r: r[-1]["eval/success_rate"])),
+            "iterations_to_threshold": mean_ci([x for x in reach if x is not None]),
+            "reached": sum(x is not None for x in reach), "runs": len(runs),
+            "collapsed": sum(collapsed(r) for r in runs)}
+    lines = [f"env {base.env}, {base.iterations} iterations, {seeds} seed(s), threshold {threshold}; mean +- 95% "
+             f"Student-t half-width over the {seeds} seeds; the difference from {first} is paired per seed (same "
+             "tasks, same initial policy)", "",
+             "| arm | estimator (settings) | training-task success before | after | held-out success before | after "
+             f"| held-out after minus {first} | iterations to threshold | reached | collapsed seeds |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for a in arms:
+        s = summary[a.label]
+        lines.append(f"| {a.label} | {a.describe()} | {_fmt(*s['initial_train_success'])} | "
+                     f"{_fmt(*s['final_train_success'])} | {_fmt(*s['initial_success'])} | {_fmt(*s['final_success'])} | "
+                     f"{_fmt(*s[f'final_success_minus_{first}'], sign=True) if a.label != first else '0'} | "
+                     f"{_fmt(*s['iterations_to_threshold'], digits=1)} | {s['reached']}/{s['runs']} | "
+                     f"{s['collapsed']}/{s['runs']} |")
+    notes = _notes(summary, seeds)
+    for n in notes:
+        warnings.warn(n, RuntimeWarning, stacklevel=2)
+    table = "\n".join(lines + ([""] + [f"Note: {n}" for n in notes] if notes else []))
     (out / "compare.md").write_text(table + "\n")
-    (out / "compare.json").write_text(json.dumps({"config": base.to_dict(), "threshold": threshold,
-                                                  "summary": summary}, indent=2))
+    (out / "compare.json").write_text(json.dumps({"config": base.to_dict(), "threshold": threshold, "seeds": seed_ids,
+                                                  "arms": [a.to_dict() for a in arms], "summary": summary,
+                                                  "notes": notes}, indent=2))
     plot_comparison(results, out / "compare.png", title=f"{base.env}: training success rate")
     return table
+
+
+def _notes(summary: dict, seeds: int) -> list[str]:
+    """What a reader of the table must know: intervals past [0, 1], collapsed policies."""
+    notes = []
+    rates = ("final_success", "initial_success", "final_train_success", "initial_train_success")
+    wide = sorted({label for label, s in summary.items() for k in rates
+                   if not math.isnan(s[k][1]) and (s[k][0] - s[k][1] < 0 or s[k][0] + s[k][1] > 1)})
+    if wide:
+        notes.append(f"the 95% intervals of {', '.join(wide)} run past [0, 1]: with {seeds} seed(s) a Student-t "
+                     "interval of a rate is wide; the rates themselves lie in [0, 1]. More seeds narrow it.")
+    gone = [f"{label} ({s['collapsed']}/{s['runs']})" for label, s in summary.items() if s["collapsed"]]
+    if gone:
+        notes.append(f"seeds whose policy collapsed onto one action (its largest sampled-action share above 0.9 at "
+                     f"the end): {', '.join(gone)}. A collapsed policy samples the same batch whatever the "
+                     "estimator, so its rows cannot tell the estimators apart; try --head-init-scale 0.01 or a "
+                     "lower --learning-rate.")
+    return notes
