@@ -58,14 +58,14 @@ lock:
 	rm -rf .lockvenv && $(PYTHON) -m venv .lockvenv
 	.lockvenv/bin/pip install --quiet --upgrade pip
 	.lockvenv/bin/pip install --quiet ".[dev]"
-	.lockvenv/bin/pip freeze --exclude bepo-jax | grep -v '^-e' > requirements.lock
+	.lockvenv/bin/pip freeze --all --exclude bepo-jax --exclude pip | grep -v '^-e' > requirements.lock
 	rm -rf .lockvenv
 
 lock-py312:
 	rm -rf .lockvenv && $(PYTHON312) -m venv .lockvenv
 	.lockvenv/bin/pip install --quiet --upgrade pip
 	.lockvenv/bin/pip install --quiet ".[dev,tunix]"
-	.lockvenv/bin/pip freeze --exclude bepo-jax | grep -v '^-e' > requirements-py312.lock
+	.lockvenv/bin/pip freeze --all --exclude bepo-jax --exclude pip | grep -v '^-e' > requirements-py312.lock
 	rm -rf .lockvenv
 
 clean:

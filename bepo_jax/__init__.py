@@ -6,8 +6,11 @@ vmappable kernels. The numerics contract is docs/ in the repository
 (data model, every estimator's equations and conventions, defaults, test vectors).
 """
 
-from .estimators import *  # noqa: F401,F403  (the estimators' __all__)
+from . import estimators as _estimators
 from .estimators import __all__ as _estimator_names
+
+# the estimators' names, but ConfidenceHead (Flax): bepo_jax.ConfidenceHead imports it on first use
+globals().update({_n: getattr(_estimators, _n) for _n in _estimator_names if _n != "ConfidenceHead"})
 from .builders import Trajectory, batch_from_trajectories
 from .hashing import hash_observation, hash_observations, hash_tokens, token_words
 from .integrations.rows import RowIndex, from_rows, to_rows
@@ -39,7 +42,7 @@ from .types import (
     split_key64,
 )
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "StepBatch", "SUCCESS", "FAILURE", "TRUNCATED", "check_batch", "split_key64",
@@ -51,3 +54,11 @@ __all__ = [
     "Trajectory", "batch_from_trajectories", "RowIndex", "from_rows", "to_rows", "SimilarityConfig", "merge_similar",
     "__version__",
 ]
+
+
+def __getattr__(name):  # the parts that need more than JAX are loaded on first use
+    if name == "ConfidenceHead":
+        from .estimators.confidence_head import ConfidenceHead
+
+        return ConfidenceHead
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -223,6 +223,29 @@ def _claims(name: str) -> str:
     return "\n".join(lines + ["", chance_line(n)])
 
 
+def headline() -> str:
+    """README's findings: the claims at the main job's recipe (e1_recipe) in one list, and where the
+    confirmatory test stands (confirmatory.json)."""
+    d = _load("e1_recipe.json")
+    ps = d["per_seed"]
+    lines = [f"At the main job's recipe (Sokoban 6x6, held-out success on 128 levels never trained on, paired "
+             f"differences in points, 95% t over {d['seeds']} seeds; `experiments/results/e1_recipe.json`):", ""]
+    for claim, paper, value, source, a, b in CLAIMS:
+        if a not in ps or b not in ps:
+            continue
+        held = _paired(ps[a], ps[b], "held_out_after")
+        size = size_verdict((100 * held[0], 100 * held[1]), value)
+        lines.append(f"- {claim} ({a} - {b}): **{points(held)}**, {_verdict(held)}"
+                     + ("" if value is None else f"; the paper {value:+.1f} ({size})"))
+    c = _load("confirmatory.json")
+    lines += ["", f"The confirmatory test fixed in advance (docs/confirmatory.md: {len(c['seeds'])} fresh seeds, "
+                  f"{len(c['arms'])} arms, Holm over four primary contrasts): {len(c['arms_done'])} of "
+                  f"{len(c['arms'])} arms complete"
+                  + ("; decisions in docs/results.md." if c["family_complete"] else "; no decision yet "
+                     "(`experiments/results/confirmatory.json`).")]
+    return "\n".join(lines)
+
+
 def _arm_cells(s: dict) -> str:
     """An arm's held-out and training-task success after training and their changes (claims.py summary)."""
     return (f"{_ci(s['held_out_after'])} | {_ci(s['held_out_change'])} | {_ci(s['train_after'])} | "
@@ -468,7 +491,7 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "claims_e1_recipe": lambda: _claims("e1_recipe"), "arms_e1_recipe": lambda: _arms("e1_recipe"),
           "recipe_ablation": recipe_ablation, "e2_confirm": e2_confirm,
           "e2_rescore": lambda: _rescore("e2_rescore"), "e2_claims_rescore": lambda: _rescore("e2_claims_rescore"),
-          "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore")}
+          "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore"), "headline": headline}
 
 
 def render(text: str) -> str:

@@ -3,7 +3,7 @@
 from .ablations import (GAGPOConfig, bepo_additive, bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate,
                         bepo_nogate_kernel, gagpo, gagpo_kernel)
 from .bepo import GatedBEPOConfig, gated_bepo, gated_bepo_kernel
-from .confidence import (ConfidenceConfig, ConfidenceHead, confidence_features, confidence_loss,
+from .confidence import (ConfidenceConfig, confidence_features, confidence_loss,
                          confidence_returns, confidence_returns_kernel)
 from .gigpo import GiGPOConfig, gigpo, gigpo_kernel, step_group_advantage
 from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
@@ -25,3 +25,11 @@ __all__ = [
     "ESTIMATORS", "Estimator", "compute_advantages", "get_estimator", "make_config", "max_states_for",
     "parse_estimator_spec",
 ]
+
+
+def __getattr__(name):  # ConfidenceHead needs Flax: imported on first use, so the kernels load none
+    if name == "ConfidenceHead":
+        from .confidence_head import ConfidenceHead
+
+        return ConfidenceHead
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

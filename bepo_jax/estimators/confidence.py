@@ -18,12 +18,9 @@ trusting. ``confidence`` picks c:
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
 from .._config import check_choice, check_range, pytree_config
@@ -131,26 +128,7 @@ def confidence_features(batch: StepBatch, base) -> Float[Array, "B K T 6"]:
     return jnp.where(batch.mask[..., None], feats, 0.0)
 
 
-class ConfidenceHead(nnx.Module):
-    """c = sigmoid(MLP(features)); the output layer starts at kernel 0, bias logit(c0),
-    so every record starts at confidence c0 (0.7)."""
-
-    def __init__(self, num_features: int = 6, hidden: int = 32, *, c0: float = 0.7, rngs: nnx.Rngs):
-        if not 0.0 < c0 < 1.0:
-            raise ValueError(f"ConfidenceHead c0={c0} must lie in (0, 1).")
-        self.hidden = nnx.Linear(num_features, hidden, rngs=rngs)
-        self.out = nnx.Linear(hidden, 1, kernel_init=nnx.initializers.zeros,
-                              bias_init=nnx.initializers.constant(math.log(c0 / (1.0 - c0))), rngs=rngs)
-
-    def logits(self, features: Float[Array, "... F"]) -> Float[Array, "..."]:
-        return self.out(nnx.relu(self.hidden(features)))[..., 0]
-
-    def __call__(self, features: Float[Array, "... F"]) -> Float[Array, "..."]:
-        # float32 sigmoid rounds to exactly 1 (or 0) for large logits: keep c in (0, 1).
-        return jnp.clip(jax.nn.sigmoid(self.logits(features)), _C_MIN, 1.0 - _C_MIN)
-
-
-def confidence_loss(head: ConfidenceHead, features: Float[Array, "B K T F"], mask: Bool[Array, "B K T"],
+def confidence_loss(head: "ConfidenceHead", features: Float[Array, "B K T F"], mask: Bool[Array, "B K T"],
                     outcome: Int[Array, "B K"], *, entropy_coef: float = 0.01):
     """mean over valid records of BCE(c_t, 1[trajectory succeeded]) - entropy_coef * H(c_t).
 
