@@ -13,7 +13,11 @@ PY312_TESTS := tests/test_estimators.py tests/test_graph.py tests/test_fixed_poi
 	tests/test_contract.py tests/test_rl.py tests/test_rollout.py tests/test_cli_train.py tests/test_multiseed.py \
 	tests/test_byo_env.py tests/test_sharding.py tests/test_turns.py tests/test_tunix.py
 
-.PHONY: train demo test test-py312 lock lock-py312 clean
+.PHONY: install install-py312 train demo test test-py312 lock lock-py312 clean
+
+# Install only: .venv (Python 3.11, requirements.lock) or .venv312 (Python 3.12, requirements-py312.lock).
+install: $(VENV)/.installed
+install-py312: $(VENV312)/.installed
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,11 +26,9 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
-# The main job's recipe: the main_recipe experiment of experiments/claims.py (MAIN_JOB) tested it
-# with 8 seeds; tests/test_claims_smoke.py checks that these flags build that config.
-MAIN_JOB_FLAGS := --env sokoban --estimator gated_bepo --task-pool 4096 --groups 16 --layers 2 --width 128 \
-	--prompt-history 0 --head-init-scale 0.01 --learning-rate 1e-3 --ppo-epochs 4 --num-minibatches 4 \
-	--iterations 60 --eval-tasks 128 --eval-every 30
+# The main job's recipe: bepo_jax.train.recipes (RECIPES["main_job"]), the one place it is written;
+# the main_recipe experiment of experiments/claims.py tested it with 8 seeds.
+MAIN_JOB_FLAGS := --recipe main_job
 MAIN_JOB_OUT := runs/main_job
 
 train: $(VENV)/.installed

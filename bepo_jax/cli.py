@@ -41,22 +41,35 @@ def _parse_set(items: Sequence[str]) -> dict:
     return out
 
 
-_RUN_FLAGS = ("iterations", "groups", "group_size", "prompt_history", "temperature", "max_steps", "layers", "width",
-              "heads", "head_init_scale", "learning_rate", "ppo_epochs", "num_minibatches", "eval_tasks", "eval_every",
-              "checkpoint_every", "seed", "boxes", "entropy_coef", "task_pool")
+_SPECIAL = ("env", "estimator", "estimator_config")  # --env, --estimator / --arms, --set
+
+
+def _run_fields():
+    """The RunConfig fields that get a flag of their own (every one but ``_SPECIAL``)."""
+    import dataclasses
+
+    from .train import RunConfig
+
+    return [f for f in dataclasses.fields(RunConfig) if f.name not in _SPECIAL]
 
 
 def _run_config(args: argparse.Namespace, base=None, **kw):
-    """The flags given explicitly, over ``base`` (a stored RunConfig) or the defaults."""
+    """The flags given explicitly, over ``base`` (a stored RunConfig), else ``--recipe``'s
+    config, else the defaults."""
     from .train import RunConfig
+    from .train.recipes import recipe
 
-    fields = {f: getattr(args, f) for f in _RUN_FLAGS + ("env",) if getattr(args, f, None) is not None}
+    fields = {f.name: getattr(args, f.name) for f in _run_fields() if getattr(args, f.name, None) is not None}
+    if getattr(args, "env", None) is not None:
+        fields["env"] = args.env
     if getattr(args, "unconstrained", False):
         fields["constrained"] = False
     if args.set:
         fields["estimator_config"] = _parse_set(args.set)
     fields.update({k: v for k, v in kw.items() if v is not None})
-    return (base or RunConfig()).replace(**fields)
+    if base is None:
+        base = recipe(args.recipe) if getattr(args, "recipe", None) else RunConfig()
+    return base.replace(**fields)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -160,23 +173,32 @@ def _learn(args: argparse.Namespace) -> int:
 
 
 def _add_run_flags(p: argparse.ArgumentParser, out_default: str) -> None:
+    """One flag per RunConfig field (``--field-name``, its type and default from the dataclass), and
+    --env, --set, --recipe, --out, --quiet."""
     from .envs.registry import BUILTIN_ENVS
     from .train import RunConfig
+    from .train.recipes import RECIPES
 
     d = RunConfig()
+    p.add_argument("--recipe", choices=list(RECIPES), default=None,
+                   help="start from a named run config (bepo_jax.train.recipes; main_job = what make train runs); "
+                        "the flags given override it")
     p.add_argument("--env", default=None, metavar="ENV",
                    help=f"environment: {', '.join(BUILTIN_ENVS)}, or an import path 'package.module:factory' "
-                        f"(a factory run_config -> JaxEnv; README, 'Bring your own environment') (default {d.env})")
+                        f"(a factory run_config -> JaxEnv; docs/environments.md) (default {d.env})")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="estimator config override (repeatable), e.g. --set lam=0.5")
     p.add_argument("--out", help=f"(default {out_default})")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--unconstrained", action="store_true",
-                   help="sample any tokens (default: constrained to the action words)")
-    for f in _RUN_FLAGS:
-        default = getattr(d, f)
-        p.add_argument(f"--{f.replace('_', '-')}", dest=f, type=type(default), default=None,
-                       help=f"(default {default})")
+    p.add_argument("--unconstrained", action="store_true", help="sample any tokens (the same as --no-constrained)")
+    for f in _run_fields():
+        default = getattr(d, f.name)
+        flag = f"--{f.name.replace('_', '-')}"
+        if isinstance(default, bool):
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                           help=f"(default {default})")
+        else:
+            p.add_argument(flag, dest=f.name, type=type(default), default=None, help=f"(default {default})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,7 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .lab.report import LAB_ENVS
 
     cr = sub.add_parser("credit", help="every estimator's credit against the exact advantage (credit lab)")
-    cr.add_argument("--env", choices=LAB_ENVS, default="key_door")
+    cr.add_argument("--env", default="key_door", metavar="ENV",
+                    help=f"{', '.join(LAB_ENVS)}, any JAX environment of the registry, or an import path "
+                         "'package.module:factory' (default key_door)")
     cr.add_argument("--estimators", default=",".join(s.label for s in DEFAULT_SUITE),
                     help="comma-separated registry names or LABEL=NAME:field=value:field=value specs "
                          f"(registry: {', '.join(ESTIMATORS)})")
@@ -236,7 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     le = sub.add_parser("learn", help="exact tabular learning curves: a softmax policy trained with each estimator "
                                       "(credit lab's enumerated models; docs/credit-lab.md)")
-    le.add_argument("--env", choices=LAB_ENVS, default="key_door")
+    le.add_argument("--env", default="key_door", metavar="ENV",
+                    help=f"{', '.join(LAB_ENVS)}, any JAX environment of the registry, or an import path "
+                         "'package.module:factory' (default key_door)")
     le.add_argument("--estimators", default="grpo,gigpo,gated_bepo",
                     help="comma-separated registry names or LABEL=NAME:field=value specs")
     le.add_argument("--starts", default="uniform,peaked",

@@ -93,7 +93,9 @@ def hash_observations(obs: Any, *, batch_ndim: Optional[int] = None) -> np.ndarr
         raise ValueError("batch_ndim applies to numeric arrays only; nested lists give their own batch shape.")
     if not isinstance(obs, (list, tuple)):
         return np.asarray(hash_observation(obs), np.uint32)
-    words = [hash_observations(o) for o in obs]
+    # inside a nested list an array is one observation (a leaf), not a batch
+    words = [hash_observations(o) if isinstance(o, (list, tuple)) else np.asarray(hash_observation(o), np.uint32)
+             for o in obs]
     shapes = {w.shape for w in words}
     if len(shapes) > 1:
         raise ValueError(

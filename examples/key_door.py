@@ -54,7 +54,7 @@ class KeyDoorEnv:
     ``step``, ``render``, ``observation`` (jit- and vmap-able; no Python control flow on
     array values), with ``sample_tasks`` on the host."""
 
-    name = "key_door"
+    name = "key_door_room"  # a label; "key_door" is the credit lab's built-in world
     action_words = ("up", "down", "left", "right")  # the policy spells one of these per step
     obs_len = SIZE * (SIZE + 1)                       # tokens of one rendered observation
     noop_reward = -0.01                               # reward of an unparsable response (a no-op step)

@@ -82,18 +82,12 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from bepo_jax.envs.registry import is_host_env  # noqa: E402
-from bepo_jax.envs.sokoban import SokobanConfig, SokobanEnv  # noqa: E402
 from bepo_jax.train import RunConfig, mean_ci, paired_combination, read_metrics  # noqa: E402
 from bepo_jax.train import arms as runner  # noqa: E402
 from bepo_jax.train.arms import COLLAPSE, Arm, action_curves  # noqa: E402
+from bepo_jax.train.recipes import recipe_fields  # noqa: E402
 from bepo_jax.train.rundir import is_finished_run_of  # noqa: E402
 from experiments.readme_tables import collapsed_seeds, points  # noqa: E402
-
-
-def sokoban_hard(cfg: RunConfig) -> SokobanEnv:
-    """E1-hard's room (an ``--env`` import path, so a resumed run rebuilds it): 7x7,
-    up to ``cfg.boxes`` boxes, 50 backward scrambling moves, 20 steps."""
-    return SokobanEnv(SokobanConfig(size=7, num_boxes=(1, cfg.boxes), reverse_steps=50, max_steps=20))
 
 
 ESTIMATOR_ARMS = (
@@ -123,8 +117,7 @@ POOL_ARMS = (Arm("pool_32", "gated_bepo", run={"task_pool": 32}),
              Arm("fresh_uniform", "gated_bepo", run={**FRESH, "head_init_scale": 0.01}),
              Arm("fresh_uniform_ppo4", "gated_bepo",
                  run={**FRESH, "head_init_scale": 0.01, "ppo_epochs": 4, "num_minibatches": 4, "learning_rate": 1e-3}))
-# The main job's recipe (``make train`` passes these flags; tests/test_claims_smoke.py checks
-# that the Makefile and this dict agree): fresh levels, 16 groups per iteration, a 2-layer
+# The main job's recipe (``bepo_jax.train.recipes``; ``make train`` runs ``--recipe main_job``): fresh levels, 16 groups per iteration, a 2-layer
 # width-128 policy that sees only the current grid (prompt history 0), a near-uniform head,
 # learning rate 1e-3 with 4 epochs of 4 minibatches per batch, 60 iterations, and 128 held-out
 # levels (a run's interval over levels narrow enough to see a rise of a few points). Its arms:
@@ -133,8 +126,7 @@ POOL_ARMS = (Arm("pool_32", "gated_bepo", run={"task_pool": 32}),
 # 128 held-out levels, so the difference is paired per seed. ``main_recipe_1epoch``: the recipe
 # with one update per batch at 100 iterations, the first version tried (its held-out success
 # barely moved).
-MAIN_JOB = dict(env="sokoban", task_pool=4096, groups=16, layers=2, width=128, prompt_history=0,
-                head_init_scale=0.01, learning_rate=1e-3, ppo_epochs=4, num_minibatches=4, eval_tasks=128)
+MAIN_JOB = {"env": "sokoban", **recipe_fields("main_job")}  # bepo_jax.train.recipes, the one place it is written
 EARLIER_MAIN_JOB = dict(task_pool=0, groups=8, layers=1, width=64, prompt_history=2, head_init_scale=1.0,
                         learning_rate=3e-3, ppo_epochs=1, num_minibatches=1)
 MAIN_JOB_ARMS = (Arm("recipe", "gated_bepo"), Arm("earlier_main_job", "gated_bepo", run=EARLIER_MAIN_JOB))
@@ -203,7 +195,7 @@ RECIPE_GAPS = (Contrast.minus("gated_bepo", "grpo"),
                *(Contrast(f"gap change, {name}", ((f"gated_bepo_{name}", 1.0), (f"grpo_{name}", -1.0),
                                                    ("gated_bepo", -1.0), ("grpo", 1.0))) for name in RECIPE_REVERTS),
                *(Contrast.minus(f"{est}_{name}", est) for name in RECIPE_REVERTS for est in ("grpo", "gated_bepo")))
-HARD = dict(env="experiments.claims:sokoban_hard", boxes=2)  # E1-hard's room, shared by its variants
+HARD = dict(env="sokoban_hard", boxes=2)  # E1-hard's room, shared by its variants
 # E2's games, shared with its confirmation on fresh seeds: 8 training and 8 held-out games per seed (before
 # RunConfig.eval_tasks reached TextWorld, its held-out games stopped at 8 whatever eval_tasks said; E2 ran so)
 E2 = dict(env="textworld", rooms=3, quest_length=2, eval_tasks=8)
@@ -435,7 +427,8 @@ def earlier_arms(path: Path, exp: Experiment, base: RunConfig, seeds: int, scale
         return {}
     info = json.loads(path.read_text())
     same = lambda x: json.loads(json.dumps(x))  # compare as the file stores it (tuples become lists)
-    if (info.get("config") != same(base.to_dict()) or info.get("seeds") != seeds
+    stored = same(RunConfig.from_stored(info["config"]).to_dict()) if "config" in info else None
+    if (stored != same(base.to_dict()) or info.get("seeds") != seeds
             or info.get("first_seed", 0) != exp.first_seed or info.get("scale") != scale):
         return {}
     recorded = info.get("arms", {})

@@ -1,11 +1,11 @@
-"""Render the README's result tables from the results files they cite.
+"""Render the result tables of README.md and docs/ from the results files they cite.
 
-Every table in README.md between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->``
+Every table in the files of ``DOCS`` between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->``
 is generated here from a file under experiments/results/, so a README figure always
 equals its file. ``tests/test_readme_tables.py`` fails when they drift.
 
-    python experiments/readme_tables.py          # rewrite the tables in README.md
-    python experiments/readme_tables.py --check  # exit 1 if README.md differs
+    python experiments/readme_tables.py          # rewrite the tables in README.md and docs/
+    python experiments/readme_tables.py --check  # exit 1 if one of them differs
 """
 
 from __future__ import annotations
@@ -243,7 +243,8 @@ def headline() -> str:
                   f"{len(c['arms'])} arms complete"
                   + ("; decisions in docs/results.md." if c["family_complete"] else "; no decision yet "
                      "(`experiments/results/confirmatory.json`).")]
-    return "\n".join(lines)
+    n = sum(1 for x in lines if x.startswith("- "))
+    return "\n".join(lines[:-2] + ["", chance_line(n)] + lines[-2:])
 
 
 def _arm_cells(s: dict) -> str:
@@ -508,19 +509,26 @@ def render(text: str) -> str:
     return out
 
 
+# The files whose tables are rendered here: README (the headline and the main job) and the manual.
+DOCS = ("README.md", "docs/results.md", "docs/benchmarks.md")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", action="store_true", help="exit 1 if README.md differs from the rendered tables")
+    p.add_argument("--check", action="store_true", help="exit 1 if a file of DOCS differs from the rendered tables")
     args = p.parse_args(argv)
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    new = render(text)
-    if args.check:
+    stale = []
+    for name in DOCS:
+        path = ROOT / name
+        text = path.read_text()
+        new = render(text)
         if new != text:
-            print("README.md tables differ from experiments/results; run python experiments/readme_tables.py")
-            return 1
-        return 0
-    readme.write_text(new)
+            stale.append(name)
+            if not args.check:
+                path.write_text(new)
+    if args.check and stale:
+        print(f"{', '.join(stale)}: tables differ from experiments/results; run python experiments/readme_tables.py")
+        return 1
     return 0
 
 

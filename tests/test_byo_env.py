@@ -60,7 +60,7 @@ def test_the_example_is_solvable_and_keeps_its_contract():
 def test_train_on_an_environment_instance(tmp_path):
     res = train(RunConfig(**TINY), tmp_path / "run", env=KeyDoorEnv(), progress=False)
     assert res["iterations"] == 2
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["env"] == "key_door"
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["env"] == "key_door_room"
     last = read_metrics(tmp_path / "run")[-1]
     assert {"actions/share_up", "actions/share_right", "eval/success_rate", "graph/states"} <= set(last)
     assert abs(sum(last[f"actions/share_{w}"] for w in KeyDoorEnv.action_words) - 1.0) < 1e-5
@@ -90,3 +90,35 @@ def test_a_factory_that_returns_something_else_is_named():
 
     with pytest.raises(ValueError, match="lacks .*'action_words'"):
         Setup(RunConfig(env="not_an_env", **TINY))
+
+
+def test_built_in_names_build_the_environments_they_name():
+    """The registry's built-ins: the experiments' E1-hard room (it was an import path into
+    experiments/, which stored run configs still name: read as the built-in) and the lab's worlds."""
+    from bepo_jax.envs.registry import make_jax_env
+    from bepo_jax.lab import make_diagnostic
+
+    hard = make_jax_env("sokoban_hard", RunConfig(boxes=2))
+    assert (hard.config.size, hard.config.num_boxes, hard.config.reverse_steps, hard.max_steps) == (7, (1, 2), 50, 20)
+    old = RunConfig(env="sokoban_hard").to_dict() | {"env": "experiments.claims:sokoban_hard"}
+    assert RunConfig.from_stored(old).env == "sokoban_hard"
+    world = make_jax_env("key_door", RunConfig())
+    assert world.views == make_diagnostic("key_door").views and world.max_steps == make_diagnostic("key_door").max_steps
+    assert make_jax_env("key_door", RunConfig(max_steps=9)).max_steps == 9
+    with pytest.raises(ValueError, match="built-in"):
+        register_env("key_door", make_env)
+
+
+@pytest.mark.slow
+def test_a_lab_world_trains_by_name_and_an_import_path_enumerates(tmp_path):
+    """``--env key_door`` trains the lab's world; ``credit --env package.module:factory`` enumerates
+    the user's environment (it was refused: only built-in names)."""
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k != "task_pool"]
+    assert main(["train", "--env", "key_door", "--out", str(tmp_path / "kd"), "--quiet", *flags]) == 0
+    rows = read_metrics(tmp_path / "kd")
+    assert {"actions/share_left", "actions/share_right"} <= set(rows[-1])
+    out = tmp_path / "credit"
+    assert main(["credit", "--env", "examples.key_door:make_env", "--estimators", "grpo,gated_bepo", "--group-sizes",
+                 "2", "--batches", "2", "--groups", "4", "--tasks", "1", "--quiet", "--out", str(out)]) == 0
+    res = json.loads((out / "credit.json").read_text())
+    assert res["settings"]["env"] == "examples.key_door:make_env"

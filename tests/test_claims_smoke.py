@@ -128,7 +128,8 @@ def test_claims_refuses_unknown_arms(tmp_path):
 
 
 def test_make_train_runs_the_main_job_recipe():
-    """`make train` passes the flags of ``claims.MAIN_JOB`` (the recipe the main_recipe experiment tested)."""
+    """`make train` runs the recipe the main_recipe experiment tested (``claims.MAIN_JOB``, read from
+    ``bepo_jax.train.recipes``), with the Makefile's own flags parsed as the command line parses them."""
     makefile = (claims.ROOT / "Makefile").read_text().replace("\\\n", " ")
     flags = shlex.split(re.search(r"^MAIN_JOB_FLAGS\s*:=(.*)$", makefile, re.M).group(1))
     args = build_parser().parse_args(["train", *flags])

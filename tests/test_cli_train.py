@@ -98,8 +98,40 @@ def test_compare_writes_a_table_and_a_plot_and_refuses_runs_of_another_config(tm
     assert "['estimator_config']" in capsys.readouterr().err
 
 
+def test_every_run_config_field_has_a_flag():
+    """Each RunConfig field (but env / estimator / estimator_config, which have --env, --estimator
+    and --set) is settable from the command line: its flag, given a value other than the default,
+    reaches the config."""
+    import dataclasses
+
+    from bepo_jax.cli import _run_config, build_parser
+
+    for f in dataclasses.fields(RunConfig):
+        if f.name in ("env", "estimator", "estimator_config"):
+            continue
+        default = getattr(RunConfig(), f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(default, bool):
+            argv, want = [flag if not default else "--no-" + f.name.replace("_", "-")], not default
+        else:
+            want = type(default)(default * 2 if default else 1)
+            argv = [flag, str(want)]
+        args = build_parser().parse_args(["train", *argv])
+        assert getattr(_run_config(args), f.name) == want, f.name
+
+
+def test_a_recipe_is_a_whole_config_and_flags_override_it():
+    from bepo_jax.cli import _run_config, build_parser
+    from bepo_jax.train.recipes import recipe
+
+    args = build_parser().parse_args(["train", "--recipe", "main_job", "--iterations", "3"])
+    assert _run_config(args) == recipe("main_job").replace(iterations=3)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["train", "--recipe", "nope"])
+
+
 @pytest.mark.parametrize("argv,message", [
-    (["train", "--env", "chess"], "RunConfig.env='chess' is not valid; valid names: sokoban, maze, textworld"),
+    (["train", "--env", "chess"], "RunConfig.env='chess' is not valid; valid names: sokoban, sokoban_hard, maze"),
     (["train", "--env", "no_such_module:make"], "cannot import 'no_such_module'"),
     (["train", "--env", "json:no_such_factory"], "'json' has no attribute 'no_such_factory'"),
     (["train", "--estimator", "ppo"], "invalid choice: 'ppo'"),

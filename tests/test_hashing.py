@@ -40,6 +40,18 @@ def test_batch_shapes():
     assert hash_observations(obj).shape == (2, 2)
 
 
+def test_a_nested_list_of_arrays_hashes_each_array_as_one_observation():
+    """The docstring's promise (leaves are str, bytes or arrays): each leaf keyed like
+    ``hash_observation`` of that array alone, mixed leaves included."""
+    grid, other = np.zeros((3, 3), np.int8), np.eye(3, dtype=np.int8)
+    nested = [[[grid, other], [grid.copy(), "text"]]]
+    out = hash_observations(nested)
+    assert out.shape == (1, 2, 2, 2)
+    expect = [[[hash_observation(grid), hash_observation(other)], [hash_observation(grid), hash_observation("text")]]]
+    assert [[[tuple(int(v) for v in out[0, k, t]) for t in range(2)] for k in range(2)]] == \
+        [[[tuple(int(v) for v in e) for e in row] for row in expect[0]]]
+
+
 def test_bad_observations():
     with pytest.raises(ValueError, match="batch_ndim"):
         hash_observations(np.zeros((2, 3)))

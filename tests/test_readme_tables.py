@@ -1,6 +1,8 @@
-"""Every README result table equals the results file it cites (experiments/readme_tables.py)."""
+"""Every result table in README.md and docs/ equals the results file it cites
+(experiments/readme_tables.py), and each renderer's table appears exactly once."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -13,16 +15,21 @@ def _renderer():
     return mod
 
 
-def test_readme_tables_equal_their_results_files():
+def test_tables_equal_their_results_files():
     mod = _renderer()
-    text = (ROOT / "README.md").read_text()
-    assert text.count("<!-- table:") == len(mod.TABLES), "every renderer has its table in the README"
-    assert mod.render(text) == text, "README tables drifted: run python experiments/readme_tables.py"
+    seen = []
+    for name in mod.DOCS:
+        text = (ROOT / name).read_text()
+        seen += re.findall(r"<!-- table:(\w+) -->", text)
+        assert mod.render(text) == text, f"{name}: tables drifted; run python experiments/readme_tables.py"
+    assert sorted(seen) == sorted(mod.TABLES), "every renderer has its table, once, in one of the files"
+    others = [p for p in (ROOT / "docs").glob("*.md") if f"docs/{p.name}" not in mod.DOCS]
+    assert not [p.name for p in others if "<!-- table:" in p.read_text()], "a rendered table outside DOCS"
 
 
 def test_a_changed_number_is_caught():
     mod = _renderer()
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
     start = text.index("<!-- table:kernel_speed -->")
     end = text.index("<!-- /table:kernel_speed -->")
     body = text[start:end]

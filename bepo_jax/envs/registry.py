@@ -3,7 +3,11 @@
 A run names its environment with one string (``RunConfig.env``, ``--env``), so that a
 run directory's ``config.json`` says what it trained on and ``--resume`` finds it again:
 
-* ``"sokoban"``, ``"maze"`` — the library's JAX environments; ``"textworld"`` — the host one;
+* the library's JAX environments: ``"sokoban"`` (6x6, 1..``boxes`` boxes, 10 steps),
+  ``"sokoban_hard"`` (7x7, 1..``boxes`` boxes, 50 backward scrambling moves, 20 steps: the
+  experiments' E1-hard), ``"maze"`` (Jumanji 5x5, 12 steps) and the credit lab's diagnostic
+  worlds ``"key_door"``, ``"bump"``, ``"aliased"``, ``"loop"``, ``"slippery"`` (their exact
+  models are enumerable: ``bepo_jax.lab``); ``"textworld"`` — the host one;
 * a name given to ``register_env(name, factory)`` in the same process;
 * an import path ``"package.module:factory"`` — imported on use, so the CLI, ``compare``
   and a resumed run in a fresh process find it without registering anything.
@@ -20,8 +24,44 @@ from typing import Any, Callable
 
 from .base import JaxEnv
 
-BUILTIN_ENVS = ("sokoban", "maze", "textworld")
+def _sokoban(cfg):
+    from .sokoban import SokobanConfig, SokobanEnv
+
+    return SokobanEnv(SokobanConfig(max_steps=cfg.max_steps or 10, num_boxes=(1, cfg.boxes)))
+
+
+def _sokoban_hard(cfg):
+    from .sokoban import SokobanConfig, SokobanEnv
+
+    return SokobanEnv(SokobanConfig(size=7, num_boxes=(1, cfg.boxes), reverse_steps=50, max_steps=cfg.max_steps or 20))
+
+
+def _maze(cfg):
+    from .jumanji_env import maze
+
+    return maze(5, 5, max_steps=cfg.max_steps or 12)
+
+
+def _diagnostic(name):
+    def build(cfg):
+        from ..lab.diagnostic import make_diagnostic
+
+        world = make_diagnostic(name)
+        if cfg.max_steps:
+            world.max_steps = int(cfg.max_steps)
+        return world
+
+    return build
+
+
+# name -> factory(run config); a factory reads max_steps (0 = the environment's own) and boxes
+JAX_BUILTINS: dict[str, Callable[[Any], JaxEnv]] = {
+    "sokoban": _sokoban, "sokoban_hard": _sokoban_hard, "maze": _maze,
+    **{n: _diagnostic(n) for n in ("key_door", "bump", "aliased", "loop", "slippery")}}
 HOST_ENVS = ("textworld",)
+BUILTIN_ENVS = tuple(JAX_BUILTINS) + HOST_ENVS
+# import paths that stored run configs name, and the names that replaced them
+RENAMED = {"experiments.claims:sokoban_hard": "sokoban_hard"}
 
 _REGISTRY: dict[str, Callable[[Any], JaxEnv]] = {}
 
@@ -81,13 +121,9 @@ def is_host_env(name: str) -> bool:
 
 def make_jax_env(name: str, cfg: Any) -> JaxEnv:
     """The JAX environment ``name`` built for the run config ``cfg``."""
-    if name in BUILTIN_ENVS:
-        if name in HOST_ENVS:
-            raise ValueError(f"{name!r} is a host environment (bepo_jax.host_rollout), not a JAX one.")
-        from . import jax_env
-
-        return jax_env(name, max_steps=cfg.max_steps, boxes=cfg.boxes)
-    factory = _import_factory(name) if ":" in name else _REGISTRY.get(name)
+    if name in HOST_ENVS:
+        raise ValueError(f"{name!r} is a host environment (bepo_jax.host_rollout), not a JAX one.")
+    factory = JAX_BUILTINS.get(name) or (_import_factory(name) if ":" in name else _REGISTRY.get(name))
     if factory is None:
         check_env_name(name)  # raises with the valid names
     env = factory(cfg)

@@ -28,7 +28,9 @@ LAB_ENVS = tuple(DIAGNOSTIC_ENVS) + ("sokoban", "maze")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SweepConfig:
-    """env: a diagnostic world, "sokoban" (6x6, 1-2 boxes) or "maze" (Jumanji 5x5).
+    """env: a diagnostic world, "sokoban" (6x6, 1-2 boxes), "maze" (Jumanji 5x5), any other
+    JAX environment the registry knows (``sokoban_hard``, a ``register_env`` name) or an
+    import path ``package.module:factory`` (the factory gets the run defaults, ``RunConfig()``).
     estimators: specs as ``parse_spec`` reads them. group_sizes (2, 4, 8, 16).
     temperatures: Boltzmann temperatures over Q* (reward units); "inf" = uniform.
     horizons: time limits (empty = the environment's). tasks: levels for sokoban/maze
@@ -46,8 +48,12 @@ class SweepConfig:
 
     def __post_init__(self):
         n = "SweepConfig"
-        if self.env not in LAB_ENVS:
-            raise ValueError(f"{n}.env={self.env!r} is not a lab environment; use one of {', '.join(LAB_ENVS)}.")
+        from ..envs.registry import check_env_name, is_host_env
+
+        check_env_name(self.env)  # unknown names raise, listing the valid ones
+        if is_host_env(self.env):
+            raise ValueError(f"{n}.env={self.env!r} is a host environment; the lab enumerates JAX environments "
+                             f"({', '.join(LAB_ENVS)}, or an import path 'package.module:factory').")
         if not self.estimators:
             raise ValueError(f"{n}.estimators is empty; name at least one estimator.")
         for e in self.estimators:
@@ -67,10 +73,12 @@ class SweepConfig:
 
 
 def lab_env(name: str):
-    """A lab environment by name: a diagnostic world or the main job's JAX environment."""
-    from ..envs import JAX_ENVS, jax_env
+    """A lab environment by name: a diagnostic world, a JAX environment of the registry, or an
+    import path (``envs.registry.make_jax_env`` with the run defaults)."""
+    from ..envs.registry import make_jax_env
+    from ..train.config import RunConfig
 
-    return jax_env(name) if name in JAX_ENVS else make_diagnostic(name)
+    return make_diagnostic(name) if name in DIAGNOSTIC_ENVS else make_jax_env(name, RunConfig())
 
 
 def lab_models(env_name: str, tasks: int, horizon: Optional[int], seed: int) -> list[TabularModel]:

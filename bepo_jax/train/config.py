@@ -63,10 +63,14 @@ class RunConfig:
     @classmethod
     def from_stored(cls, d: dict) -> "RunConfig":
         """A RunConfig from a run's config.json, including runs written before
-        ``history`` was renamed ``prompt_history``."""
+        ``history`` was renamed ``prompt_history`` and runs that named an environment by an
+        import path that is now a built-in name (``envs.registry.RENAMED``)."""
+        from ..envs.registry import RENAMED
+
         d = dict(d)
         if "history" in d and "prompt_history" not in d:
             d["prompt_history"] = d.pop("history")
+        d["env"] = RENAMED.get(d.get("env"), d.get("env", cls.env))
         return cls.from_dict(d)
 
     def __post_init__(self):

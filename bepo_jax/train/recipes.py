@@ -1,0 +1,37 @@
+"""Named recipes: whole run configs by name (``bepo-jax train --recipe main_job``).
+
+The one place a recipe is written: the Makefile (``make train``), the experiments
+(``experiments/claims.py``'s main-recipe experiments and the confirmatory test) and the
+command line all read it from here.
+
+``main_job``: Gated-BEPO on Sokoban 6x6 with 1-2 boxes, 60 iterations of 16 levels x 8
+trajectories drawn from 4096 generated levels (nearly every level new), a 2-layer
+width-128 policy that sees the current grid only (prompt history 0), its output head
+started near uniform (head init x 0.01), learning rate 1e-3 with 4 epochs of 4
+minibatches per batch, evaluated on 128 held-out levels at iterations 0, 30 and 60.
+Why these: docs/results.md, "How the main job's recipe was chosen".
+"""
+
+from __future__ import annotations
+
+from .config import RunConfig
+
+RECIPES: dict[str, RunConfig] = {
+    "main_job": RunConfig(env="sokoban", estimator="gated_bepo", task_pool=4096, groups=16, layers=2, width=128,
+                          prompt_history=0, head_init_scale=0.01, learning_rate=1e-3, ppo_epochs=4,
+                          num_minibatches=4, iterations=60, eval_tasks=128, eval_every=30),
+}
+
+
+def recipe(name: str) -> RunConfig:
+    """The run config of recipe ``name``."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; valid recipes: {', '.join(RECIPES)}.")
+    return RECIPES[name]
+
+
+def recipe_fields(name: str, *, without: tuple = ("estimator", "iterations", "eval_every")) -> dict:
+    """The fields where recipe ``name`` differs from ``RunConfig()``, except ``without`` (an
+    experiment's base config: its arms set the estimator, the experiment its length)."""
+    d, base = recipe(name).to_dict(), RunConfig().to_dict()
+    return {k: v for k, v in d.items() if v != base[k] and k not in without}
