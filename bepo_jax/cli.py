@@ -114,11 +114,38 @@ def _compare(args: argparse.Namespace) -> int:
     args.set = None
     base = _run_config(args, estimator=arms[0].estimator)
     out = Path(args.out or f"runs/compare_{base.env}")
+    mesh = _distributed(args)
     table = compare(base, arms, seeds=args.seeds, out=out, threshold=args.threshold, progress=not args.quiet,
-                    seeds_in_one_program=False if args.sequential_seeds else None)
+                    seeds_in_one_program=False if args.sequential_seeds else None, mesh=mesh)
+    import jax
+
+    if jax.process_index():  # the others print nothing: process 0 speaks for the program
+        return 0
     print(table)
     print(f"results: {out}/compare.md, compare.json, compare.png")
     return 0
+
+
+def _distributed(args: argparse.Namespace):
+    """``--distributed`` / ``--coordinator``: join the multi-process runtime and return a mesh whose
+    "runs" axis spans every device of every process (None when running alone)."""
+    if not (args.distributed or args.coordinator):
+        return None
+    if args.coordinator and (args.num_processes is None or args.process_id is None):
+        raise ValueError("--coordinator HOST:PORT needs --num-processes N and --process-id I (0 .. N-1) on every "
+                         "process; on TPU pods and Slurm/Open MPI give --distributed alone.")
+    if args.sequential_seeds:
+        raise ValueError("--sequential-seeds: across processes the seeds run as one program; drop the flag.")
+    from .rl import multihost
+    from .sharding import make_mesh
+    import jax
+
+    multihost.initialize(args.coordinator, args.num_processes, args.process_id,
+                         heartbeat_timeout_seconds=args.heartbeat_timeout)
+    if args.seeds % jax.device_count():
+        raise ValueError(f"--seeds={args.seeds} must be a multiple of the {jax.device_count()} devices of all "
+                         "processes (the seeds are sharded over them).")
+    return make_mesh((jax.device_count(),), ("runs",))
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -226,6 +253,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sequential-seeds", action="store_true",
                    help="run the seeds one after another (default on JAX environments: all seeds of an estimator "
                         "as one compiled program; the same numbers to float32 tolerance)")
+    c.add_argument("--distributed", action="store_true",
+                   help="join JAX's multi-process runtime first (TPU pods, Slurm/Open MPI: found from the "
+                        "environment); the seeds are sharded over every device of every process, and each process "
+                        "writes only its own runs (docs/scaling.md)")
+    c.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="join the multi-process runtime at process 0's address (with --num-processes, --process-id)")
+    c.add_argument("--num-processes", type=int, default=None)
+    c.add_argument("--process-id", type=int, default=None)
+    c.add_argument("--heartbeat-timeout", type=int, default=100,
+                   help="seconds the other processes wait for a dead one before they stop (default 100)")
     _add_run_flags(c, "runs/compare_<env>: one run directory per arm and seed, <out>/<label>/seed<s>, and "
                       "compare.md/json/png; finished runs of another config there are refused")
     c.set_defaults(func=_compare)

@@ -13,6 +13,7 @@ from bepo_jax.cli import _run_config, build_parser
 from experiments import claims, readme_tables
 
 
+@pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 def test_claims_smoke_writes_results_and_resumes(tmp_path):
     args = ["--experiment", "e1", "--arms", "grpo,gated_bepo", "--seeds", "2", "--iterations", "2", "--groups", "2",
             "--eval-tasks", "4", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "res"), "--quiet"]

@@ -95,6 +95,7 @@ def test_the_advantage_drives_the_update(tmp_path):
     assert moved["zero"] == 0.0 and moved["credit"] > 1e-4
 
 
+@pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 @pytest.mark.parametrize("env", ["sokoban", "maze", "textworld"])
 def test_end_to_end_rollout_advantages_update(env, tmp_path):
     """Each environment through rollout, Gated-BEPO advantages and one update."""
@@ -146,6 +147,7 @@ def test_textworld_env_wins_with_the_walkthrough(tmp_path):
     env.close()
 
 
+@pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 def test_textworld_evaluates_the_held_out_games_it_is_asked_for(tmp_path):
     """eval_tasks and evaluate(n_tasks=) reach TextWorld (its held-out games once stopped at 8
     whatever was asked): a larger evaluation extends the run's held-out games, disjoint from

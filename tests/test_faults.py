@@ -49,6 +49,7 @@ def test_a_second_writer_is_refused_and_a_killed_one_releases_the_lock(tmp_path)
     assert time.monotonic() - t0 < 300 and [r["iteration"] for r in read_metrics(run)] == [0, 1, 2]
 
 
+@pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 def test_resume_drops_a_metrics_line_cut_by_a_crash_and_says_so(tmp_path):
     run = tmp_path / "run"
     train(_tiny(), run, progress=False)

@@ -30,6 +30,7 @@ def _close_params(a, b):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 @pytest.mark.parametrize("sharded,runs_per_step", [(False, None), (False, 2), (True, None)])
 def test_each_vmapped_seed_equals_its_single_run(sharded, runs_per_step):
     """All runs vmapped, looped in chunks of 2 (3 seeds: a chunk of 2 and a remainder of 1),

@@ -19,6 +19,7 @@ def runs(tmp_path_factory):
     return tmp
 
 
+@pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(runs, monkeypatch):
     args = ["--experiment", "e1", "--arms", "grpo,gated_bepo", "--seeds", "2", "--iterations", "2", "--tasks", "7",
             "--groups", "2", "--eval-tasks", "4", "--out", str(runs / "runs"), "--results", str(runs / "res")]

@@ -382,6 +382,7 @@ def test_keeps_last_n_and_survives_corruption_and_interrupted_saves(tmp_path):
         ck2.restore(trainer.abstract_state(), 7)
 
 
+@pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 def test_restore_onto_a_different_mesh(tmp_path):
     mesh = make_mesh((4, 2), ("data", "fsdp"))
     multi = make_trainer(mesh)

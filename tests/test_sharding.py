@@ -55,6 +55,7 @@ def test_jit_with_named_sharding_equals_single_device(name):
         assert_close(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-6, what=name)
 
 
+@pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 @pytest.mark.parametrize("solver", ["dense", "sparse"])
 def test_shard_map_iterations_are_per_group(solver):
     mesh = make_mesh()
@@ -71,6 +72,7 @@ def test_shard_map_iterations_are_per_group(solver):
     assert len(out.advantage.sharding.device_set) == 8
 
 
+@pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 def test_shard_map_every_estimator_runs():
     mesh = make_mesh()
     batch = bj.check_batch(_walks(B=8))
@@ -93,6 +95,7 @@ def test_indivisible_batch_is_an_error_with_the_fix():
     assert np.all(np.asarray(out.advantage)[5:] == 0)
 
 
+@pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 def test_two_axis_mesh():
     mesh = make_mesh((4, 2), ("data", "model"))
     batch = bj.check_batch(_walks(B=8))

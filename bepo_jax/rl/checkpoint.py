@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 
@@ -34,22 +35,42 @@ class Checkpointer:
     """``Checkpointer(directory, max_to_keep=3)``; ``save(step, state, meta)``;
     ``restore(target, step=None)``; ``restore_latest(target)``."""
 
-    def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3):
+    def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3, process: Optional[int] = None):
+        """``process``: with several JAX processes, the one process that owns this directory: it
+        alone writes and reads it, as host files (``HostFiles``: orbax's saves are collectives of
+        every process, which a run owned by one process cannot take part in). Default: orbax."""
         if max_to_keep < 1:
             raise ValueError(f"max_to_keep={max_to_keep} must be >= 1.")
         self.directory = Path(directory).absolute()
+        self.max_to_keep = max_to_keep
+        self._host = HostFiles(self.directory) if process is not None and jax.process_count() > 1 else None
         # cleanup_tmp_directories: a save cut by a crash leaves a temporary directory; opening removes it
         self._options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
                                                      cleanup_tmp_directories=True)
-        self._mngr = ocp.CheckpointManager(self.directory, options=self._options)
+        self._mngr = None if self._host else ocp.CheckpointManager(self.directory, options=self._options)
 
     def steps(self) -> list[int]:
-        self._mngr.reload()
-        return sorted(self._mngr.all_steps())
+        """The complete checkpoints (orbax's and host files', which a run written by a process of
+        several leaves and a single process reads)."""
+        found = set(HostFiles(self.directory).steps())
+        if self._mngr is not None:
+            self._mngr.reload()
+            found |= {s for s in self._mngr.all_steps() if not HostFiles.holds(self.directory / str(s))}
+        return sorted(found)
 
     def save(self, step: int, state: Any, meta: Optional[dict] = None) -> None:
         """Write ``state`` (any pytree of arrays) and ``meta`` (a JSON dict: data position,
         config, ...) as checkpoint ``step`` and wait until it is complete on disk."""
+        if self._host is not None:
+            try:
+                self._host.save(int(step), state, dict(meta or {}), keep=self.max_to_keep)
+            except OSError as err:
+                full = err.errno == errno.ENOSPC
+                raise CheckpointError(
+                    f"saving checkpoint {step} under {self.directory} failed ({'the disk is full: ' if full else ''}"
+                    f"{type(err).__name__}: {str(err)[:200]}); its partial files were removed and the earlier "
+                    f"checkpoint(s) {self.steps() or 'none'} are intact and restore.") from err
+            return
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(dict(meta or {})))
         try:
             self._mngr.save(int(step), args=args, force=True)
@@ -98,6 +119,12 @@ class Checkpointer:
         step = steps[-1] if step is None else int(step)
         if step not in steps:
             raise CheckpointError(f"no checkpoint {step} under {self.directory}; it has steps {steps}.")
+        if HostFiles.holds(self.directory / str(step)):
+            try:
+                return HostFiles(self.directory).restore(step, target)
+            except Exception as err:
+                raise CheckpointError(f"checkpoint {step} under {self.directory} is unreadable "
+                                      f"({type(err).__name__}: {str(err)[:300]}).") from err
         abstract = jax.tree_util.tree_map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)), target)
         try:
@@ -128,7 +155,70 @@ class Checkpointer:
         raise CheckpointError(f"no readable checkpoint under {self.directory}: " + ("; ".join(errors) or "none saved"))
 
     def close(self) -> None:
-        self._mngr.close()
+        if self._mngr is not None:
+            self._mngr.close()
+
+
+class HostFiles:
+    """Checkpoints as plain host files, for a run that one process of several owns: step ``s`` is
+    the directory ``<dir>/<s>`` holding ``state.npz`` (every leaf by its key path), ``meta.json``
+    and ``COMMITTED``; it is written under ``<s>.tmp-<pid>`` and renamed when complete, so a crash
+    leaves the earlier steps as they were. ``Checkpointer`` reads these beside orbax's."""
+
+    MARK = "COMMITTED"
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+
+    @staticmethod
+    def holds(path: Path) -> bool:
+        return (path / HostFiles.MARK).exists()
+
+    def steps(self) -> list[int]:
+        if not self.directory.exists():
+            return []
+        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit() and self.holds(p))
+
+    def save(self, step: int, state: Any, meta: dict, *, keep: int) -> None:
+        import json
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f"{step}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            tmp.mkdir()
+            leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+            with open(tmp / "state.npz", "wb") as f:
+                np.savez(f, **{jax.tree_util.keystr(k): np.asarray(v) for k, v in leaves})
+                f.flush()
+                os.fsync(f.fileno())
+            (tmp / "meta.json").write_text(json.dumps(meta))
+            (tmp / self.MARK).write_text(str(step))
+            final = self.directory / str(step)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        for old in self.steps()[:-keep]:
+            shutil.rmtree(self.directory / str(old), ignore_errors=True)
+
+    def restore(self, step: int, target: Any) -> tuple[Any, dict]:
+        """Step ``step`` in ``target``'s structure; a leaf with a sharding is placed with it."""
+        import json
+
+        path = self.directory / str(step)
+        with np.load(path / "state.npz") as data:
+            leaves, tree = jax.tree_util.tree_flatten_with_path(target)
+            out = []
+            for k, t in leaves:
+                v = data[jax.tree_util.keystr(k)]
+                if tuple(v.shape) != tuple(t.shape) or v.dtype != np.dtype(t.dtype):
+                    raise ValueError(f"{jax.tree_util.keystr(k)}: stored {v.shape} {v.dtype}, wanted {t.shape} "
+                                     f"{t.dtype}")
+                sharding = getattr(t, "sharding", None)
+                out.append(jax.device_put(v, sharding) if sharding is not None else v)
+        return jax.tree_util.tree_unflatten(tree, out), json.loads((path / "meta.json").read_text())
 
 
 def _chain(err: BaseException):

@@ -104,6 +104,8 @@ def run_arm(base: RunConfig, arm: Arm, seeds: Sequence[int], out: str | Path, *,
     environments); ``mesh``: shard that program's run axis over the mesh's "runs" axis."""
     from .loop import train, train_seeds
 
+    import jax
+
     cfg = arm.config_for(base)
     host = is_host_env(cfg.env)
     if seeds_in_one_program and host:
@@ -111,6 +113,13 @@ def run_arm(base: RunConfig, arm: Arm, seeds: Sequence[int], out: str | Path, *,
                          "after another (seeds_in_one_program=False, or leave it unset).")
     one_program = (not host) if seeds_in_one_program is None else seeds_in_one_program
     dirs = run_dirs(out, arm, seeds)
+    if jax.process_count() > 1:
+        # across processes a run directory is on its owner's disk only: every process takes part in
+        # every seed (a finished run resumes as a no-op) and gets every run's rows from its owner
+        if not one_program:
+            raise ValueError("with several processes the seeds run as one program (seeds_in_one_program=True).")
+        res = train_seeds(cfg, list(dirs), list(dirs.values()), resume=True, progress=progress, mesh=mesh)
+        return [r["rows"] for r in res]
     todo = [s for s, d in dirs.items() if not is_finished_run_of(d, cfg.replace(seed=s))]
     if todo and one_program:
         train_seeds(cfg, todo, [dirs[s] for s in todo], resume=True, progress=progress, mesh=mesh)

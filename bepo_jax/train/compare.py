@@ -43,7 +43,9 @@ def compare(base: RunConfig, arms: Sequence[str | Arm] | str, *, seeds: int, out
     each arm's estimator config is its own (``base.estimator_config`` is not applied to it).
     ``seeds``: seeds ``base.seed, ..., base.seed + seeds - 1`` of every arm.
     ``seeds_in_one_program``: the seeds of an arm as one program (default: on JAX
-    environments); ``mesh``: shard that program's run axis over the mesh's "runs" axis."""
+    environments); ``mesh``: shard that program's run axis over the mesh's "runs" axis. With several
+    JAX processes (every one calls this alike, with a mesh over all devices) each process writes
+    only the run directories it owns, and process 0 the comparison's files."""
     arms = parse_arms(arms)
     if seeds < 1:
         raise ValueError(f"--seeds={seeds} must be >= 1.")
@@ -84,6 +86,11 @@ def compare(base: RunConfig, arms: Sequence[str | Arm] | str, *, seeds: int, out
     for n in notes:
         warnings.warn(n, RuntimeWarning, stacklevel=2)
     table = "\n".join(lines + ([""] + [f"Note: {n}" for n in notes] if notes else []))
+    import jax
+
+    if jax.process_index() != 0:  # across processes the comparison's files are process 0's
+        return table
+    out.mkdir(parents=True, exist_ok=True)
     (out / "compare.md").write_text(table + "\n")
     (out / "compare.json").write_text(json.dumps({"config": base.to_dict(), "threshold": threshold, "seeds": seed_ids,
                                                   "arms": [a.to_dict() for a in arms], "summary": summary,

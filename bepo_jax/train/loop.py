@@ -116,73 +116,136 @@ def train_seeds(cfg: RunConfig, seeds: Sequence[int], outs: Sequence[str | Path]
     "runs" axis when given). Each ``outs[i]`` is an ordinary run directory
     (``bepo-jax eval`` and ``train(..., resume=True)`` read it). Resuming restores every
     seed from the newest checkpoint iteration that all of them have. Returns one
-    ``train``-style result per seed."""
+    ``train``-style result per seed, each with its metrics ``rows``.
+
+    With several JAX processes (``rl.multihost``) every process calls this with the same
+    arguments and a mesh whose "runs" axis spans all devices: run i belongs to the process
+    whose devices hold it (``multihost.run_owners``), and only that process locks, writes
+    and checkpoints ``outs[i]``; the metrics of every run reach every process (the results
+    returned are the same everywhere). A process that cannot use its directories (another
+    config, another writer) stops all of them with its reason."""
     seeds = [int(s) for s in seeds]
     outs = [Path(o) for o in outs]
     if len(outs) != len(seeds):
         raise ValueError(f"train_seeds: {len(seeds)} seeds but {len(outs)} run directories; give one per seed.")
     import contextlib
 
+    from ..rl.multihost import agree, run_owners
+
+    owners = run_owners(mesh, len(seeds))
+    mine = [i for i, p in enumerate(owners) if p == jax.process_index()]
     with contextlib.ExitStack() as locks:
-        if jax.process_count() == 1:  # across processes each host's runs are its own (README, pods)
-            for o in outs:
-                locks.enter_context(rundir.RunLock(o))
-        return _train_seeds(cfg, seeds, outs, resume=resume, progress=progress, on_iteration=on_iteration,
-                            mesh=mesh, env=env, runs_per_step=runs_per_step)
+        failed = None
+        try:
+            for i in mine:
+                locks.enter_context(rundir.RunLock(outs[i]))
+        except ValueError as e:
+            failed = e
+        _all_or_none(agree(failed is None)[:, 0], failed)
+        return _train_seeds(cfg, seeds, outs, mine, owners, resume=resume, progress=progress,
+                            on_iteration=on_iteration, mesh=mesh, env=env, runs_per_step=runs_per_step)
 
 
-def _train_seeds(cfg, seeds, outs, *, resume, progress, on_iteration, mesh, env, runs_per_step) -> list[dict]:
+def _all_or_none(ok: list[bool], own: Optional[Exception]) -> None:
+    """Raise on every process when any process failed (its own error where it is this one)."""
+    if own is not None:
+        raise own
+    if not all(ok):
+        bad = [p for p, x in enumerate(ok) if not x]
+        raise ValueError(f"process(es) {bad} refused their run directories (their logs say why); nothing was "
+                         "trained. Fix that and relaunch every process.")
+
+
+def _train_seeds(cfg, seeds, outs, mine, owners, *, resume, progress, on_iteration, mesh, env,
+                 runs_per_step) -> list[dict]:
+    import numpy as np
+
+    from ..rl.multihost import agree, gather_owned, gather_owned_json
+    from .multiseed import host_copy
+
+    multi = jax.process_count() > 1
+
     base = _with_env(cfg, env)
-    cfgs = [rundir.prepare(base.replace(seed=s), o, resume=resume) for s, o in zip(seeds, outs)]
-    cfg = cfgs[0].replace(seed=base.seed)
+    cfgs, failed = [base.replace(seed=s) for s in seeds], None
+    try:
+        for i in mine:
+            cfgs[i] = rundir.prepare(base.replace(seed=seeds[i]), outs[i], resume=resume)
+    except ValueError as e:
+        failed = e
+    _all_or_none(agree(failed is None)[:, 0], failed)
+    cfg = cfgs[mine[0] if mine else 0].replace(seed=base.seed)
+    cfgs = [cfg.replace(seed=s) for s in seeds]
     runs = SeedBatch(cfg, seeds, mesh=mesh, runs_per_step=runs_per_step)
-    ckpts = [Checkpointer(o / "checkpoints", max_to_keep=cfg.keep_checkpoints) for o in outs]
-    logs = []
+    ckpts = {i: Checkpointer(outs[i] / "checkpoints", max_to_keep=cfg.keep_checkpoints,
+                             process=jax.process_index()) for i in mine}
+    logs, rows = {}, [[] for _ in seeds]
     try:
         states, start = runs.init_states(), 0
-        common = set.intersection(*(set(c.steps()) for c in ckpts)) if resume else set()
-        if common:
-            start = max(common)
-            restored = [c.restore(s.trainer.abstract_state(), start)[0] for c, s in zip(ckpts, runs.setups)]
+        if resume:
+            # the newest iteration every run has a checkpoint of, over all processes
+            steps = set.intersection(*[set(c.steps()) for c in ckpts.values()]) if ckpts else None
+            have = [steps is None or t in steps for t in range(cfg.iterations + 1)]
+            start = max((t for t, ok in enumerate(agree(have).all(axis=0)) if ok and t), default=0)
+        if start and not multi:
+            restored = [ckpts[i].restore(runs.setups[i].trainer.abstract_state(), start)[0] for i in mine]
             states = runs.place(stack(restored))
-        for o in outs:
-            logs.append(rundir.MetricsLog(o, [r for r in rundir.read_metrics(o) if r["iteration"] <= start]
-                                          if start else [], start))
+        elif start:  # each process restores its own runs; every process then places all of them
+            fresh = host_copy(states)
+            restored = [jax.tree_util.tree_map(np.asarray, ckpts[i].restore(unstack(fresh, i), start)[0])
+                        if i in ckpts else unstack(fresh, i) for i in range(len(seeds))]
+            states = runs.place(stack(gather_owned(restored, owners)))
+        for i in mine:
+            rows[i] = [r for r in rundir.read_metrics(outs[i]) if r["iteration"] <= start] if start else []
+        if start and multi:
+            rows = gather_owned_json(rows, owners)
+        for i in mine:
+            logs[i] = rundir.MetricsLog(outs[i], rows[i], start)
 
         def evaluate(states, it):
             held = runs.evaluate_all(states, [s + it for s in seeds])
             tr = runs.evaluate_all(states, [s + it for s in seeds], training=True)
             return [_evaluations(h, t) for h, t in zip(held, tr)]
 
+        def append(new_rows):
+            for i, row in enumerate(new_rows):
+                rows[i].append(row)
+                if i in logs:
+                    logs[i].append(row)
+
         if not start:
-            for log, ev in zip(logs, evaluate(states, 0)):
-                log.append(_first_row(ev))
-        with rundir.progress_bar(progress) as bar:
+            append([_first_row(ev) for ev in evaluate(states, 0)])
+        with rundir.progress_bar(progress and jax.process_index() == 0) as bar:
             task = bar.add_task(f"{cfg.env}/{cfg.estimator} x{len(seeds)} seeds", total=cfg.iterations,
                                 completed=start, success=0.0, step_time=0.0)
             for it in range(start + 1, cfg.iterations + 1):
                 t0 = time.perf_counter()
                 states, ms = runs.iterate(states, it)
                 seconds = time.perf_counter() - t0
-                rows = [{"iteration": it, **_timed(m, seconds)} for m in ms]
+                new = [{"iteration": it, **_timed(m, seconds)} for m in ms]
                 if it % cfg.eval_every == 0 or it == cfg.iterations:
-                    for row, ev in zip(rows, evaluate(states, it)):
+                    for row, ev in zip(new, evaluate(states, it)):
                         row.update(ev)
-                for log, row in zip(logs, rows):
-                    log.append(row)
+                append(new)
                 if it % cfg.checkpoint_every == 0 or it == cfg.iterations:
-                    for i, (c, ci) in enumerate(zip(ckpts, cfgs)):
-                        c.save(it, unstack(states, i), {"iteration": it, "config": ci.to_dict()})
-                bar.update(task, completed=it, success=sum(r["success_rate"] for r in rows) / len(rows),
+                    # across processes: every run's state to every host (a collective), each owner saves its own
+                    host = host_copy(states) if multi else None
+                    for i, c in ckpts.items():
+                        run = unstack(states, i) if not multi else unstack(host, i)
+                        c.save(it, run, {"iteration": it, "config": cfgs[i].to_dict()})
+                bar.update(task, completed=it, success=sum(r["success_rate"] for r in new) / len(new),
                            step_time=seconds)
                 if on_iteration is not None:
-                    on_iteration(it, rows)
+                    on_iteration(it, new)
     finally:
-        for log, ci in zip(logs, cfgs):
-            log.close(ci)
-        for c in ckpts:
+        for i, log in logs.items():
+            log.close(cfgs[i])
+        for c in ckpts.values():
             c.close()
-    return [rundir.finish(ci, o, log.rows) for ci, o, log in zip(cfgs, outs, logs)]
+    results = []
+    for i, (ci, o) in enumerate(zip(cfgs, outs)):
+        res = rundir.finish(ci, o, rows[i], write=i in logs)
+        results.append({**res, "rows": rows[i]})
+    return results
 
 
 def load_run(path: str | Path, *, games_dir: Optional[str | Path] = None) -> tuple[Setup, TrainState, int]:

@@ -45,7 +45,7 @@ from .config import RunConfig
 from .setup import Setup, evaluation
 
 
-def _to_host(tree):
+def host_copy(tree):
     """Arrays on the host; with several processes the run axis is gathered from all of
     them first (each process holds only its devices' runs)."""
     if jax.process_count() > 1:
@@ -142,7 +142,7 @@ class SeedBatch:
     def iterate(self, states: TrainState, it: int) -> tuple[TrainState, list[dict]]:
         """Iteration ``it`` of every seed: (stacked states, one metrics dict of floats per seed)."""
         states, m = self._step(states, self.tasks, self.keys(it))
-        m = _to_host(m)
+        m = host_copy(m)
         return states, [{k: float(v[i]) for k, v in m.items()} for i in range(len(self.seeds))]
 
     def evaluate(self, states: TrainState, i: int, **kw) -> dict:
@@ -156,5 +156,5 @@ class SeedBatch:
             self._eval_pools[training] = self.place(stack([s.eval_pool_for(training=training) for s in self.setups]))
         keys = self.place(jnp.stack([jax.random.PRNGKey(int(e)) for e in eval_seeds]))
         ro = self._eval(states.params, self._eval_pools[training], keys)
-        success, reward = _to_host((ro.success, ro.batch.reward))
+        success, reward = host_copy((ro.success, ro.batch.reward))
         return [evaluation(success[i], reward[i]) for i in range(len(self.seeds))]

@@ -166,14 +166,16 @@ class MetricsLog:
             plot_curve(self.rows, self.out / "curve.png", title=f"{cfg.env} / {cfg.estimator} (seed {cfg.seed})")
 
 
-def finish(cfg: RunConfig, out: Path, rows: list[dict]) -> dict:
-    """Write summary.json; returns the first and last evaluations: ``initial`` / ``final``
-    (held-out tasks), ``initial_train`` / ``final_train`` (training tasks)."""
+def finish(cfg: RunConfig, out: Path, rows: list[dict], *, write: bool = True) -> dict:
+    """Write summary.json (unless ``write`` is False: another process owns ``out``); returns the
+    first and last evaluations: ``initial`` / ``final`` (held-out tasks), ``initial_train`` /
+    ``final_train`` (training tasks)."""
     pick = lambda row, p: {k[len(p):]: v for k, v in row.items() if k.startswith(p)}
     res = {"initial": pick(rows[0], "eval/"), "final": pick(rows[-1], "eval/"),
            "initial_train": pick(rows[0], "eval_train/"), "final_train": pick(rows[-1], "eval_train/"),
            "iterations": cfg.iterations, "out": str(out)}
-    atomic_write(out / "summary.json", json.dumps(run_summary(cfg, rows, res), indent=2))
+    if write:
+        atomic_write(out / "summary.json", json.dumps(run_summary(cfg, rows, res), indent=2))
     return res
 
 
