@@ -593,6 +593,10 @@ def main(argv: Optional[list[str]] = None) -> dict:
     start = time.perf_counter()
 
     def report() -> str:
+        import jax
+
+        if jax.process_index():  # across processes the results files are process 0's
+            return ""
         return write(args.experiment, exp, base, args, in_order(), [a.label for a in exp.arms if a.label not in known],
                      time.perf_counter() - start, results, earlier=tuple(earlier))
 

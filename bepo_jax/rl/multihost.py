@@ -11,8 +11,9 @@ all of them and feed each process's slice of a batch with
 A process that dies (killed, out of memory, a lost host) stops sending heartbeats; after
 ``heartbeat_timeout_seconds`` the runtime stops every other process with an error naming
 the distributed service, instead of leaving them blocked in a collective forever. Relaunch
-every process with ``--resume``: each run continues from the newest checkpoint that all
-runs of the program have.
+every process with the same command (``compare`` resumes by itself; ``train_seeds`` with
+``resume=True``): each run continues from the newest checkpoint that all runs of the
+program have.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
                                initialization_timeout=initialization_timeout)
     print(f"bepo_jax: process {jax.process_index()} of {jax.process_count()} joined ({jax.local_device_count()} "
           f"local / {jax.device_count()} devices); if another process dies this one stops within about "
-          f"{heartbeat_timeout_seconds} s, and relaunching every process with --resume continues the runs.",
+          f"{heartbeat_timeout_seconds} s; relaunching every process with the same command continues the runs.",
           file=sys.stderr, flush=True)
 
 
