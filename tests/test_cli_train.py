@@ -120,6 +120,16 @@ def test_every_run_config_field_has_a_flag():
         assert getattr(_run_config(args), f.name) == want, f.name
 
 
+def test_estimator_config_takes_the_estimators_own_config():
+    import bepo_jax as bj
+
+    typed = RunConfig(estimator="gated_bepo", estimator_config=bj.GatedBEPOConfig(lam=0.0, eta_gated=0.25))
+    assert typed == RunConfig(estimator="gated_bepo", estimator_config={"lam": 0.0, "eta_gated": 0.25})
+    assert json.loads(json.dumps(typed.to_dict()))["estimator_config"] == {"lam": 0.0, "eta_gated": 0.25}
+    with pytest.raises(ValueError, match="must be a GiGPOConfig"):
+        RunConfig(estimator="gigpo", estimator_config=bj.GatedBEPOConfig())
+
+
 def test_a_recipe_is_a_whole_config_and_flags_override_it():
     from bepo_jax.cli import _run_config, build_parser
     from bepo_jax.train.recipes import recipe

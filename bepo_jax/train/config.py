@@ -19,7 +19,8 @@ class RunConfig:
 
     env ("sokoban" | "maze" | "textworld", a name given to ``register_env``, or an import
     path "package.module:factory"), estimator (a registry name) and estimator_config
-    (field overrides, e.g. {"lam": 0.5}); iterations, groups B per iteration, group_size
+    (the estimator's own config, e.g. GatedBEPOConfig(lam=0.5), or its field overrides as a
+    dict, {"lam": 0.5}; stored as the dict of the fields that differ from the defaults); iterations, groups B per iteration, group_size
     K; rollout: prompt_history h (observation/action pairs in the prompt), temperature,
     constrained decoding, invalid_penalty, max_steps (0 = the environment's default);
     policy: layers, width, heads, head_init_scale (the output head's LeCun init times this;
@@ -77,8 +78,14 @@ class RunConfig:
         n = "RunConfig"
         check_env_name(self.env)
         check_choice(n, "estimator", self.estimator, ESTIMATORS)
+        cfg_type = ESTIMATORS[self.estimator].config_type
+        if isinstance(self.estimator_config, cfg_type):  # the estimator's own config: stored as its changed fields
+            given, default = self.estimator_config.to_dict(), cfg_type().to_dict()
+            object.__setattr__(self, "estimator_config", {k: v for k, v in given.items() if v != default[k]})
         if not isinstance(self.estimator_config, dict):
-            raise ValueError("RunConfig.estimator_config must be a dict of the estimator's config fields.")
+            raise ValueError(f"RunConfig.estimator_config must be a {cfg_type.__name__} (the {self.estimator!r} "
+                             "estimator's config) or a dict of its fields; got "
+                             f"{type(self.estimator_config).__name__}.")
         make_config(self.estimator, **self.estimator_config)  # unknown fields raise, listing the valid ones
         for f in ("iterations", "groups", "group_size", "layers", "width", "heads", "ppo_epochs", "num_minibatches",
                   "eval_tasks", "eval_every", "checkpoint_every", "keep_checkpoints", "boxes", "rooms", "objects",
