@@ -23,7 +23,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("step_time", "env_steps_per_s")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multihost")]  # one worker: one uninterrupted run
 
 
 def recipe() -> tuple[dict, list[str]]:
