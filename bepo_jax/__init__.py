@@ -56,9 +56,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # the parts that need more than JAX are loaded on first use
+def __getattr__(name):  # ConfidenceHead (Flax) on first use: bepo_jax.estimators loads it
     if name == "ConfidenceHead":
-        from .estimators.confidence_head import ConfidenceHead
-
-        return ConfidenceHead
+        return _estimators.ConfidenceHead
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

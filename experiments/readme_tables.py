@@ -230,6 +230,7 @@ def headline() -> str:
     ps = d["per_seed"]
     lines = [f"At the main job's recipe (Sokoban 6x6, held-out success on 128 levels never trained on, paired "
              f"differences in points, 95% t over {d['seeds']} seeds; `experiments/results/e1_recipe.json`):", ""]
+    n = 0
     for claim, paper, value, source, a, b in CLAIMS:
         if a not in ps or b not in ps:
             continue
@@ -237,14 +238,15 @@ def headline() -> str:
         size = size_verdict((100 * held[0], 100 * held[1]), value)
         lines.append(f"- {claim} ({a} - {b}): **{points(held)}**, {_verdict(held)}"
                      + ("" if value is None else f"; the paper {value:+.1f} ({size})"))
+        n += 1
     c = _load("confirmatory.json")
-    lines += ["", f"The confirmatory test fixed in advance (docs/confirmatory.md: {len(c['seeds'])} fresh seeds, "
-                  f"{len(c['arms'])} arms, Holm over four primary contrasts): {len(c['arms_done'])} of "
-                  f"{len(c['arms'])} arms complete"
-                  + ("; decisions in docs/results.md." if c["family_complete"] else "; no decision yet "
-                     "(`experiments/results/confirmatory.json`).")]
-    n = sum(1 for x in lines if x.startswith("- "))
-    return "\n".join(lines[:-2] + ["", chance_line(n)] + lines[-2:])
+    lines += ["", chance_line(n), "",
+              f"The confirmatory test fixed in advance (docs/confirmatory.md: {len(c['seeds'])} fresh seeds, "
+              f"{len(c['arms'])} arms, Holm over four primary contrasts): {len(c['arms_done'])} of "
+              f"{len(c['arms'])} arms complete"
+              + ("; decisions in docs/results.md." if c["family_complete"] else "; no decision yet "
+                 "(`experiments/results/confirmatory.json`).")]
+    return "\n".join(lines)
 
 
 def _arm_cells(s: dict) -> str:

@@ -64,12 +64,8 @@ class Checkpointer:
         if self._host is not None:
             try:
                 self._host.save(int(step), state, dict(meta or {}), keep=self.max_to_keep)
-            except OSError as err:
-                full = err.errno == errno.ENOSPC
-                raise CheckpointError(
-                    f"saving checkpoint {step} under {self.directory} failed ({'the disk is full: ' if full else ''}"
-                    f"{type(err).__name__}: {str(err)[:200]}); its partial files were removed and the earlier "
-                    f"checkpoint(s) {self.steps() or 'none'} are intact and restore.") from err
+            except OSError as err:  # HostFiles.save removed its partial directory
+                raise self._save_failed(step, err) from err
             return
         args = ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(dict(meta or {})))
         try:
@@ -77,12 +73,16 @@ class Checkpointer:
             self._mngr.wait_until_finished()
         except Exception as err:  # orbax re-raises the background writer's error, of any type
             self._recover(int(step))
-            full = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in _chain(err))
-            raise CheckpointError(
-                f"saving checkpoint {step} under {self.directory} failed ("
-                f"{'the disk is full: ' if full else ''}{type(err).__name__}: {str(err)[:200]}); its partial files "
-                f"were removed and the earlier checkpoint(s) {self.steps() or 'none'} are intact and restore."
-                + (" Free disk space, then resume." if full else "")) from err
+            raise self._save_failed(step, err) from err
+
+    def _save_failed(self, step: int, err: BaseException) -> CheckpointError:
+        """The error of a save that failed after its partial files were removed."""
+        full = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in _chain(err))
+        return CheckpointError(
+            f"saving checkpoint {step} under {self.directory} failed ("
+            f"{'the disk is full: ' if full else ''}{type(err).__name__}: {str(err)[:200]}); its partial files "
+            f"were removed and the earlier checkpoint(s) {self.steps() or 'none'} are intact and restore."
+            + (" Free disk space, then resume." if full else ""))
 
     def _recover(self, step: int) -> None:
         """After a failed save: drop the step's partial directory and reopen the manager."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 
@@ -130,30 +130,33 @@ def train_seeds(cfg: RunConfig, seeds: Sequence[int], outs: Sequence[str | Path]
         raise ValueError(f"train_seeds: {len(seeds)} seeds but {len(outs)} run directories; give one per seed.")
     import contextlib
 
-    from ..rl.multihost import agree, run_owners
+    from ..rl.multihost import run_owners
 
     owners = run_owners(mesh, len(seeds))
     mine = [i for i, p in enumerate(owners) if p == jax.process_index()]
     with contextlib.ExitStack() as locks:
-        failed = None
-        try:
-            for i in mine:
-                locks.enter_context(rundir.RunLock(outs[i]))
-        except ValueError as e:
-            failed = e
-        _all_or_none(agree(failed is None)[:, 0], failed)
+        _on_every_process(lambda: [locks.enter_context(rundir.RunLock(outs[i])) for i in mine])
         return _train_seeds(cfg, seeds, outs, mine, owners, resume=resume, progress=progress,
                             on_iteration=on_iteration, mesh=mesh, env=env, runs_per_step=runs_per_step)
 
 
-def _all_or_none(ok: list[bool], own: Optional[Exception]) -> None:
-    """Raise on every process when any process failed (its own error where it is this one)."""
+def _on_every_process(action: Callable[[], Any]) -> Any:
+    """``action()`` on this process's run directories; when it raises ``ValueError`` on any process,
+    every process raises (its own error where it is this one), so none is left in a collective."""
+    from ..rl.multihost import agree
+
+    try:
+        out, own = action(), None
+    except ValueError as e:
+        out, own = None, e
+    ok = agree(own is None)[:, 0]
     if own is not None:
         raise own
-    if not all(ok):
+    if not ok.all():
         bad = [p for p, x in enumerate(ok) if not x]
         raise ValueError(f"process(es) {bad} refused their run directories (their logs say why); nothing was "
                          "trained. Fix that and relaunch every process.")
+    return out
 
 
 def _train_seeds(cfg, seeds, outs, mine, owners, *, resume, progress, on_iteration, mesh, env,
@@ -166,14 +169,10 @@ def _train_seeds(cfg, seeds, outs, mine, owners, *, resume, progress, on_iterati
     multi = jax.process_count() > 1
 
     base = _with_env(cfg, env)
-    cfgs, failed = [base.replace(seed=s) for s in seeds], None
-    try:
-        for i in mine:
-            cfgs[i] = rundir.prepare(base.replace(seed=seeds[i]), outs[i], resume=resume)
-    except ValueError as e:
-        failed = e
-    _all_or_none(agree(failed is None)[:, 0], failed)
-    cfg = cfgs[mine[0] if mine else 0].replace(seed=base.seed)
+    # on resume, prepare returns the stored config (only iterations may differ from base)
+    prepared = _on_every_process(lambda: [rundir.prepare(base.replace(seed=seeds[i]), outs[i], resume=resume)
+                                          for i in mine])
+    cfg = (prepared[0] if prepared else base).replace(seed=base.seed)
     cfgs = [cfg.replace(seed=s) for s in seeds]
     runs = SeedBatch(cfg, seeds, mesh=mesh, runs_per_step=runs_per_step)
     ckpts = {i: Checkpointer(outs[i] / "checkpoints", max_to_keep=cfg.keep_checkpoints,
