@@ -340,6 +340,48 @@ def ref_gagpo(batch_np, *, gamma, lam, w, norm, weighting, std, eps):
     return adv
 
 
+def ref_g2po(batch_np, *, gamma, beta_g, beta_e, unit, norm, weighting, std, eps):
+    """G2PO from its definition (docs/estimators.md, G2PO): V(s) = mean of the discounted returns
+    of the records at s (V(END) = 0); an edge (s, s') has TD error mean(r) + gamma V(s') - V(s)
+    (``unit="edge"``; the record's own r under ``"record"``); the TD errors are standardised over
+    the group's distinct edges (every record under ``"record"``); all equal -> 0;
+    A = beta_g A^G + beta_e A^E. Returns (advantage, td, value)."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    adv, td_out, v_out = np.zeros((B, K, T)), np.zeros((B, K, T)), np.zeros((B, K, T))
+    for b in range(B):
+        L = lengths(mask[b])
+        r = [[float(np.float32(reward[b, k, t] + penalty[b, k, t])) for t in range(L[k])] for k in range(K)]
+        G = [ref_returns(r[k], gamma) for k in range(K)]
+        visits, edge_r = defaultdict(list), defaultdict(list)
+        for k in range(K):
+            for t in range(L[k]):
+                s = tuple(obs[b, k, t])
+                nxt = tuple(obs[b, k, t + 1]) if t + 1 < L[k] else ("END", int(outcome[b, k]))
+                visits[s].append(G[k][t])
+                edge_r[(s, nxt)].append(r[k][t])
+        V = {s: sum(g) / len(g) for s, g in visits.items()}
+        value = lambda s: V.get(s, 0.0)  # END nodes: 0
+        delta = {e: sum(rs) / len(rs) + gamma * value(e[1]) - value(e[0]) for e, rs in edge_r.items()}
+        per_record = {}
+        for k in range(K):
+            for t in range(L[k]):
+                s = tuple(obs[b, k, t])
+                nxt = tuple(obs[b, k, t + 1]) if t + 1 < L[k] else ("END", int(outcome[b, k]))
+                per_record[k, t] = delta[s, nxt] if unit == "edge" else r[k][t] + gamma * value(nxt) - value(s)
+                v_out[b, k, t] = V[s]
+        pool = list(delta.values()) if unit == "edge" else list(per_record.values())
+        constant = max(pool) == min(pool)
+        mu, sd = sum(pool) / len(pool), _std(pool, _ddof(std))
+        a_e = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        for (k, t), d in per_record.items():
+            dev = 0.0 if constant else d - mu
+            a_g = dev if norm == "mean" else dev / ((0.0 if constant else sd) + eps)
+            adv[b, k, t] = beta_g * a_g + beta_e * a_e[k, t]
+            td_out[b, k, t] = d
+    return adv, td_out, v_out
+
+
 def ref_confidence_returns(batch_np, values, conf, gamma):
     """R_t = r_t + c_t gamma R_{t+1};  A_t = R_t - V(s_t)."""
     obs, reward, mask, outcome, penalty = batch_np

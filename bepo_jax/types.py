@@ -396,6 +396,22 @@ class GraphGPOOutput:
 
 
 @_pytree
+class G2POOutput:
+    """G2PO output (docs/estimators.md, G2PO): ``advantage`` = beta_G ``a_graph`` + beta_E
+    ``a_episode``; ``td`` = the TD error of the record's edge, r + gamma V(s') - V(s), before the
+    graph-wide standardisation; ``value`` = V(s_i), the mean discounted return of the records at
+    the record's state (all float32 [B, K, T]); ``num_edges`` = distinct (s, s') edges per group [B]."""
+
+    advantage: PerRecord
+    a_graph: PerRecord
+    a_episode: PerRecord
+    td: PerRecord
+    value: PerRecord
+    num_edges: Int[Array, "B"]
+    diagnostics: GraphDiagnostics
+
+
+@_pytree
 class ConfidenceOutput:
     """Confidence-discounted returns (docs/estimators.md): ``advantage`` = R_t - V(s_t)."""
 

@@ -3,7 +3,7 @@ environment, and Gated-BEPO's open knobs one at a time.
 
 Two sweeps per environment (each a ``bepo-jax credit`` run, resumable):
 
-* ``suite``: the registry's estimators (GRPO, GiGPO, GraphGPO, HGPO, GAGPO, Gated-BEPO and its
+* ``suite``: the registry's estimators (GRPO, GiGPO, GraphGPO, HGPO, GAGPO, G2PO, Gated-BEPO and its
   ablations) at K = 2, 4, 8, 16, 32 under the uniform policy (Sokoban also under a
   Boltzmann policy over Q*, temperature 0.25 of the success reward, and at time limits
   6 and 10);

@@ -123,7 +123,7 @@ def precision() -> str:
 
 def credit_lab() -> str:
     d = _load("credit_lab/summary.json")
-    labs = ("grpo", "gigpo", "graphgpo", "hgpo", "gagpo", "gated_bepo", "bepo_nogate", "bepo_mc")
+    labs = ("grpo", "gigpo", "graphgpo", "hgpo", "gagpo", "g2po", "gated_bepo", "bepo_nogate", "bepo_mc")
     lines = ["| environment (K = 8, uniform policy) | " + " | ".join(labs) + " |", "|---|" + "---|" * len(labs)]
     for env in d["envs"]:
         tags = [t for t in d["suite"] if t.startswith(env + " ") and t.endswith(" T=inf K=8")]

@@ -33,7 +33,7 @@ from bepo_jax.lab.learning import LearningConfig  # noqa: E402
 from bepo_jax.lab.learning_report import compact, markdown, plot, run, summarize  # noqa: E402
 
 WORLDS = ("key_door", "bump", "aliased", "loop", "slippery", "sokoban")
-ESTIMATORS = ("grpo", "gigpo", "hgpo", "graphgpo", "gagpo", "ladder_fp_added=bepo_nogate:eta_gated=1",
+ESTIMATORS = ("grpo", "gigpo", "hgpo", "graphgpo", "gagpo", "g2po", "ladder_fp_added=bepo_nogate:eta_gated=1",
               "bepo_additive", "gated_bepo")
 
 

@@ -5,6 +5,7 @@ from .ablations import (GAGPOConfig, bepo_additive, bepo_additive_kernel, bepo_m
 from .bepo import GatedBEPOConfig, gated_bepo, gated_bepo_kernel
 from .confidence import (ConfidenceConfig, confidence_features, confidence_loss,
                          confidence_returns, confidence_returns_kernel)
+from .g2po import G2POConfig, g2po, g2po_kernel
 from .gigpo import GiGPOConfig, gigpo, gigpo_kernel, step_group_advantage
 from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
 from .grpo import GRPOConfig, grpo, grpo_kernel, outcome_advantage
@@ -18,6 +19,7 @@ __all__ = [
     "GraphGPOConfig", "graphgpo", "graphgpo_kernel",
     "HGPOConfig", "hgpo", "hgpo_kernel",
     "GAGPOConfig", "gagpo", "gagpo_kernel",
+    "G2POConfig", "g2po", "g2po_kernel",
     "GatedBEPOConfig", "gated_bepo", "gated_bepo_kernel",
     "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
     "ConfidenceConfig", "ConfidenceHead", "confidence_features", "confidence_loss", "confidence_returns",

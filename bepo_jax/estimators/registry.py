@@ -11,6 +11,7 @@ from .ablations import (GAGPOConfig, bepo_additive, bepo_additive_kernel, bepo_m
                         bepo_nogate_kernel, gagpo, gagpo_kernel)
 from .bepo import GatedBEPOConfig, gated_bepo, gated_bepo_kernel
 from .confidence import ConfidenceConfig, confidence_returns, confidence_returns_kernel
+from .g2po import G2POConfig, g2po, g2po_kernel
 from .gigpo import GiGPOConfig, gigpo, gigpo_kernel
 from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
 from .grpo import GRPOConfig, grpo, grpo_kernel
@@ -43,6 +44,9 @@ _ENTRIES = [
               "He et al. 2026 (HGPO); verl-agent HGPO recipe", True),
     Estimator("gagpo", gagpo, gagpo_kernel, GAGPOConfig,
               "A_out + w GAE(TD residuals of per-state MC means), no gate", "Zhu et al. 2026 (GAGPO)", True),
+    Estimator("g2po", g2po, g2po_kernel, G2POConfig,
+              "beta_G (delta_e - mu_E) / sigma_E + beta_E A^E: TD errors of edges (s, s') with V = per-state MC means, "
+              "standardised over the group's edges", "Wang et al. 2026, arXiv 2606.22995 (from its abstract)", True),
     Estimator("gated_bepo", gated_bepo, gated_bepo_kernel, GatedBEPOConfig,
               "eta A_out + w rho GAE(TD residuals of the mean-backup fixed point)", "arXiv 2608.06861", True),
     Estimator("bepo_nogate", bepo_nogate, bepo_nogate_kernel, GatedBEPOConfig,

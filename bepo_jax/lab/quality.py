@@ -77,8 +77,8 @@ def parse_spec(text: str) -> EstimatorSpec:
     return spec(label, name, **over)
 
 
-DEFAULT_SUITE = tuple(spec(n) for n in ("grpo", "gigpo", "graphgpo", "hgpo", "gagpo", "gated_bepo", "bepo_nogate",
-                                        "bepo_mc", "bepo_additive"))
+DEFAULT_SUITE = tuple(spec(n) for n in ("grpo", "gigpo", "graphgpo", "hgpo", "gagpo", "g2po", "gated_bepo",
+                                        "bepo_nogate", "bepo_mc", "bepo_additive"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
