@@ -2,6 +2,8 @@
 
     bepo-jax train   --env sokoban --estimator gated_bepo [--out runs/x] [--resume]
     bepo-jax compare --env sokoban --estimators grpo,gigpo,gated_bepo --seeds 3
+    bepo-jax sft     --recipe main_job --noise 0.5 --out runs/warm   (a supervised warm start)
+    bepo-jax train   --recipe main_job --init-from runs/warm          (RL from it)
     bepo-jax eval    --checkpoint runs/x [--tasks 64]
     bepo-jax demo    (every estimator on the paper's four trajectory patterns)
     bepo-jax credit  --env key_door --estimators grpo,gigpo,gated_bepo --group-sizes 2,4,8,16 --out DIR
@@ -92,6 +94,24 @@ def _train(args: argparse.Namespace) -> int:
         print(f"success rate on {f['tasks']} {label}: {i['success_rate']:.3f} -> {f['success_rate']:.3f} after "
               f"{res['iterations']} iterations; paired change {d:+.3f} +- {h:.3f} (95% CI)")
     print(f"run: {out}  (config.json, metrics.jsonl, tb/, curve.png, checkpoints/)")
+    return 0
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from .train.sft import SFTConfig, sft
+
+    cfg = _run_config(args)
+    config = SFTConfig(noise=args.noise, corruption=args.corruption, demos=args.demos, epochs=args.epochs, batch_size=args.batch_size,
+                       learning_rate=args.sft_learning_rate)
+    out = Path(args.out or f"runs/{cfg.env}_sft_s{cfg.seed}")
+    res = sft(cfg, config, out, progress=not args.quiet)
+    for label, key in (("held-out", "held_out"), ("training", "train")):
+        b, a = res[f"{key}_before"], res[f"{key}_after"]
+        print(f"success rate on {a['tasks']} {label} tasks: {b['success_rate']:.3f} -> {a['success_rate']:.3f} "
+              f"(+- {a['ci95']:.3f}, 95% CI over tasks)")
+    print(f"demonstrations: {res['demonstrations']} episodes, {res['records']} steps, the expert's own success "
+          f"{res['demo_success']:.3f}; final loss {res['loss'][-1]:.4f}")
+    print(f"warm start: {out}  (RL from it: bepo-jax train --init-from {out} ...)")
     return 0
 
 
@@ -266,6 +286,25 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(c, "runs/compare_<env>: one run directory per arm and seed, <out>/<label>/seed<s>, and "
                       "compare.md/json/png; finished runs of another config there are refused")
     c.set_defaults(func=_compare)
+
+    from .train.sft import SFTConfig
+
+    sd = SFTConfig()
+    s = sub.add_parser("sft", help="a supervised warm start: clone a noisy expert's demonstrations (the run flags "
+                                   "give the policy and environment; RL starts from it with train --init-from)")
+    s.add_argument("--noise", type=float, default=sd.noise,
+                   help=f"share of corrupted decisions in the demonstrations (default {sd.noise})")
+    s.add_argument("--corruption", choices=("step", "state"), default=sd.corruption,
+                   help="step: random actions at that share of steps (a broad clone); state: a fixed wrong action "
+                        f"at that share of states (a peaked clone with systematic mistakes) (default {sd.corruption})")
+    s.add_argument("--demos", type=int, default=sd.demos,
+                   help="training tasks demonstrated, one episode each (default 0: the whole pool)")
+    s.add_argument("--epochs", type=int, default=sd.epochs, help=f"(default {sd.epochs})")
+    s.add_argument("--batch-size", type=int, default=sd.batch_size, help=f"records per step (default {sd.batch_size})")
+    s.add_argument("--sft-learning-rate", type=float, default=sd.learning_rate,
+                   help=f"the supervised stage's AdamW learning rate (default {sd.learning_rate})")
+    _add_run_flags(s, "runs/<env>_sft_s<seed>: the warm start's run directory")
+    s.set_defaults(func=_sft, set=None)
 
     e = sub.add_parser("eval", help="success rate of a checkpoint on held-out tasks")
     e.add_argument("--checkpoint", required=True, help="a run directory (the --out of train) or its checkpoints/")

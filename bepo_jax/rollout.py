@@ -268,6 +268,41 @@ def check_render(env: JaxEnv, obs) -> None:
             "return exactly obs_len int32 tokens (pad with PAD, or set obs_len to the rendered length).")
 
 
+class _Prompts:
+    """The prompts of N parallel episodes of a JaxEnv, step by step (the layout of the module
+    docstring), with the last ``prompt_history`` observation/action pairs: ``start`` gives the
+    empty history, ``__call__`` the current observations and prompts, ``push`` the history
+    after an action. Shared by the sampled rollouts and the replay of given actions."""
+
+    def __init__(self, env: JaxEnv, prompt_history: int, words: np.ndarray):
+        self.env, self.h, self.S = env, prompt_history, env.obs_len
+        self.hist_words = history_words(words)
+
+    def start(self, n: int):
+        hh = max(self.h, 1)
+        return (jnp.zeros((n, hh, self.S), jnp.int32), jnp.full((n, hh), -1, jnp.int32), jnp.zeros((n, hh), bool))
+
+    def __call__(self, inner, hist):
+        h, S = self.h, self.S
+        h_obs, h_act, h_valid = hist
+        obs = jax.vmap(self.env.render)(inner)
+        check_render(self.env, obs)
+        word = jnp.where(h_act[..., None] >= 0, jnp.asarray(self.hist_words)[jnp.clip(h_act, 0)], PAD)
+        empty = jnp.zeros((0,), jnp.int32), jnp.zeros((0,), bool)
+        prompts, pmasks = jax.vmap(lambda ho, w, hv, o: build_prompt(
+            *empty, ho[:h], jnp.ones((h, S), bool), w[:h], hv[:h], o, jnp.ones((S,), bool)))(
+                h_obs, word, h_valid, obs)
+        return obs, prompts, pmasks
+
+    def push(self, hist, obs, action):
+        if not self.h:
+            return hist
+        h_obs, h_act, h_valid = hist
+        return (jnp.concatenate([h_obs[:, 1:], obs[:, None]], axis=1),
+                jnp.concatenate([h_act[:, 1:], action[:, None]], axis=1),
+                jnp.concatenate([h_valid[:, 1:], jnp.ones((h_valid.shape[0], 1), bool)], axis=1))
+
+
 def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = RolloutConfig()):
     """``rollout(params, tasks, key) -> Rollout`` for B tasks (one group each), jittable.
 
@@ -278,32 +313,23 @@ def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = Rollout
     words = word_table(env.action_words, max(len(w) for w in env.action_words))
     A = words.shape[1] - 1
     _check_response_fits(config, A)
-    hist_words = history_words(words)
     forced = forced_positions(words)
     S, h, T, K = env.obs_len, config.prompt_history, env.max_steps, config.group_size
-    hh = max(h, 1)
     P = prompt_length(S, h, A)
     check_context(model, P, config.max_response, f"make_rollout({type(env).__name__})")
-    empty = jnp.zeros((0,), jnp.int32), jnp.zeros((0,), bool)
+    prompter = _Prompts(env, h, words)
 
     def rollout(params, tasks, key) -> Rollout:
         model = nnx.merge(graphdef, params, rest)
         B = jax.tree_util.tree_leaves(tasks)[0].shape[0]
         rep = lambda x: jnp.repeat(jnp.asarray(x)[:, None], K, axis=1).reshape((B * K,) + x.shape[1:])
         state = jax.vmap(lambda task: env_reset(env, task))(jax.tree_util.tree_map(rep, tasks))
-        hist = (jnp.zeros((B * K, hh, S), jnp.int32), jnp.full((B * K, hh), -1, jnp.int32),
-                jnp.zeros((B * K, hh), bool))
         table = jnp.broadcast_to(jnp.asarray(words), (B * K,) + words.shape) if config.constrained else None
         table_valid = jnp.ones((B * K, words.shape[0]), bool) if config.constrained else None
 
         def one_step(carry, key_t):
-            state, (h_obs, h_act, h_valid) = carry
-            obs = jax.vmap(env.render)(state.inner)
-            check_render(env, obs)
-            word = jnp.where(h_act[..., None] >= 0, jnp.asarray(hist_words)[jnp.clip(h_act, 0)], PAD)
-            prompts, pmasks = jax.vmap(lambda ho, w, hv, o: build_prompt(
-                *empty, ho[:h], jnp.ones((h, S), bool), w[:h], hv[:h], o, jnp.ones((S,), bool)))(
-                    h_obs, word, h_valid, obs)
+            state, hist = carry
+            obs, prompts, pmasks = prompter(state.inner, hist)
             seq, msk, resp, logp = sample_responses(model, prompts, pmasks, key_t, max_response=config.max_response,
                                                     temperature=config.temperature, table=table,
                                                     table_valid=table_valid, forced=forced, decode=config.decode)
@@ -312,22 +338,65 @@ def make_rollout(model: nnx.Module, env: JaxEnv, config: RolloutConfig = Rollout
             key_obs = observation_keys(env, state.inner)
             new_state, reward, valid = jax.vmap(lambda s, a: env_step(env, s, a))(state, action)
             penalty = jnp.where((action < 0) & valid, config.invalid_penalty, 0.0)
-            if h:
-                h_obs = jnp.concatenate([h_obs[:, 1:], obs[:, None]], axis=1)
-                h_act = jnp.concatenate([h_act[:, 1:], action[:, None]], axis=1)
-                h_valid = jnp.concatenate([h_valid[:, 1:], jnp.ones((B * K, 1), bool)], axis=1)
             out = (key_obs, reward, penalty, valid, seq, msk & valid[:, None], resp & valid[:, None],
                    jnp.where(valid[:, None], logp, 0.0), jnp.where(valid, action, -1))
-            return (new_state, (h_obs, h_act, h_valid)), out
+            return (new_state, prompter.push(hist, obs, action)), out
 
         keys = jax.random.split(key, T)
-        (final, _), outs = jax.lax.scan(one_step, (state, hist), keys)
+        (final, _), outs = jax.lax.scan(one_step, (state, prompter.start(B * K)), keys)
         key_obs, reward, penalty, valid, seq, msk, resp, logp, action = (
             jnp.swapaxes(x, 0, 1).reshape((B, K, T) + x.shape[2:]) for x in outs)
         return finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action,
                               final.success.reshape(B, K), final.terminal.reshape(B, K))
 
     return rollout
+
+
+class Replay(NamedTuple):
+    """Given actions replayed in the environment, as the sequences a policy would have produced."""
+
+    tokens: Int[Array, "N T L"]           # prompt + the action word + EOS
+    mask: Bool[Array, "N T L"]            # real tokens (False at steps after the episode ended)
+    response_mask: Bool[Array, "N T L"]   # the response tokens (the word and its EOS)
+    valid: Bool[Array, "N T"]             # the step belongs to the episode
+    success: Bool[Array, "N"]             # the environment's own success flag at the end
+
+
+def make_replay(env: JaxEnv, config: RolloutConfig = RolloutConfig()):
+    """``replay(tasks, actions) -> Replay``: play ``actions`` int32 [N, T] (T = env.max_steps;
+    -1 = the invalid action) from each task's start with the environment's own ``step`` and
+    write every step as the rollout would have: the same prompt (``prompt_history`` pairs) and
+    the action's word and EOS as the response (PAD after, up to ``max_response``). Jittable.
+    The data of a supervised warm start (``bepo_jax.train.sft``)."""
+    words = word_table(env.action_words, max(len(w) for w in env.action_words))
+    A = words.shape[1] - 1
+    _check_response_fits(config, A)
+    R = config.max_response
+    responses = np.full((words.shape[0] + 1, R), PAD, np.int32)
+    responses[:-1, : A + 1] = words  # the last row: the invalid action (an empty response)
+    responses = np.where(np.cumsum(responses == EOS, axis=1) > 1, PAD, responses)  # nothing after the first EOS
+    prompter = _Prompts(env, config.prompt_history, words)
+
+    def replay(tasks, actions) -> Replay:
+        N = jax.tree_util.tree_leaves(tasks)[0].shape[0]
+        state = jax.vmap(lambda task: env_reset(env, task))(tasks)
+
+        def one_step(carry, action):
+            state, hist = carry
+            obs, prompts, pmasks = prompter(state.inner, hist)
+            resp = jnp.asarray(responses)[jnp.where(action < 0, words.shape[0], action)]
+            new_state, _, valid = jax.vmap(lambda s, a: env_step(env, s, a))(state, action)
+            seq = jnp.concatenate([prompts, resp], axis=1)
+            rmask = jnp.concatenate([jnp.zeros_like(pmasks), resp != PAD], axis=1) & valid[:, None]
+            msk = jnp.concatenate([pmasks, resp != PAD], axis=1) & valid[:, None]
+            return (new_state, prompter.push(hist, obs, action)), (seq, msk, rmask, valid)
+
+        (final, _), (seq, msk, rmask, valid) = jax.lax.scan(one_step, (state, prompter.start(N)),
+                                                            jnp.swapaxes(jnp.asarray(actions, jnp.int32), 0, 1))
+        sw = lambda x: jnp.swapaxes(x, 0, 1)
+        return Replay(sw(seq), sw(msk), sw(rmask), sw(valid), final.success)
+
+    return replay
 
 
 def finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action, success, terminal) -> Rollout:

@@ -253,6 +253,22 @@ EXPERIMENTS["confirmatory_runs"] = Experiment(
     MAIN_JOB, tuple(next(a for a in ESTIMATOR_ARMS if a.label == label) for label in CONFIRMATORY_ARM_ORDER),
     "gated_bepo", seeds=16, iterations=60, eval_every=30, first_seed=100,
     contrasts=CONFIRMATORY_PRIMARY + CONFIRMATORY_SECONDARY)
+# RL after a supervised warm start (experiments/warm_start.py, which trains the warm start first): the recipe
+# started from a cloned noisy expert instead of a near-uniform policy -- the regime of a competent, peaked policy
+# where the gate can close. The ladder's arms and HGPO/GiGPO on 8 seeds never used before (200-207), 30
+# iterations, and Gated-BEPO from the cold start on the same seeds (what the warm start changed).
+WARM_START_DIR = "runs/warm_start/sft"  # relative to the repository root (warm_start.py runs from there)
+WARM_ARM_ORDER = ("gated_bepo", "grpo", "ladder_fp_added", "bepo_additive", "gigpo", "hgpo")
+WARM_ARMS = (*(next(a for a in ESTIMATOR_ARMS if a.label == label) for label in WARM_ARM_ORDER),
+             Arm("gated_bepo_cold", "gated_bepo", run={"init_from": ""}))
+EXPERIMENTS["warm_start"] = Experiment(
+    "RL after a supervised warm start at the main job's recipe (8 fresh seeds, 200-207)",
+    {**MAIN_JOB, "init_from": WARM_START_DIR}, WARM_ARMS, "gated_bepo", seeds=8, iterations=30, eval_every=15,
+    first_seed=200,
+    contrasts=(*(Contrast.minus("gated_bepo", b) for b in ("grpo", "gigpo", "hgpo", "ladder_fp_added")),
+               Contrast.minus("bepo_additive", "ladder_fp_added"), Contrast.minus("gated_bepo", "bepo_additive"),
+               Contrast.minus("ladder_fp_added", "grpo"), Contrast.minus("gigpo", "grpo"),
+               Contrast.minus("gated_bepo", "gated_bepo_cold")))
 SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
           "pod": dict(groups=128, layers=4, width=256, eval_tasks=128)}
 
@@ -261,8 +277,9 @@ SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
 def seed_numbers(rows: list[dict]) -> dict:
     """One run's numbers: success at the start and the end (held-out and training tasks),
     the evaluation curve against cumulative environment steps, and per iteration the
-    action entropy and the largest action share (``bepo_jax.train.arms.action_curves``) and the
-    share of records the gate admitted (graph estimators)."""
+    action entropy and the largest action share (``bepo_jax.train.arms.action_curves``), the
+    share of records the gate admitted and the distinct successors per state (graph estimators),
+    and the share of groups with mixed outcomes (runs that record them)."""
     steps = np.cumsum([r.get("env_steps", 0.0) for r in rows])
     ev = [(int(r["iteration"]), float(s), r["eval/success_rate"], r["eval_train/success_rate"])
           for r, s in zip(rows, steps) if "eval/success_rate" in r]
@@ -271,6 +288,8 @@ def seed_numbers(rows: list[dict]) -> dict:
     return {"held_out_before": ev[0][2], "held_out_after": ev[-1][2], "train_before": ev[0][3],
             "train_after": ev[-1][3], "curve": ev, "held_out_tasks": int(tasks[-1]) if tasks else None,
             "gated_share": [r["graph/gated_share"] for r in rows if "graph/gated_share" in r],
+            "out_degree": [r["graph/out_degree"] for r in rows if "graph/out_degree" in r],
+            "mixed_share": [r["groups/mixed_share"] for r in rows if "groups/mixed_share" in r],
             "iteration_seconds": float(sum(r.get("step_time", 0.0) for r in rows)),
             "action_entropy": entropy, "top_action_share": top}
 

@@ -119,6 +119,16 @@ def is_host_env(name: str) -> bool:
     return name in HOST_ENVS
 
 
+def make_host_env(name: str, cfg: Any, games_dir=None, *, eval_seed_offset: int):
+    """The host environment ``name`` of the run config ``cfg``: its tasks, shapes and host-rollout
+    arguments (``envs.textworld_env.TextWorldRun``)."""
+    if name != "textworld":
+        raise ValueError(f"{name!r} is not a host environment; host environments: {', '.join(HOST_ENVS)}.")
+    from .textworld_env import TextWorldRun
+
+    return TextWorldRun(cfg, games_dir, eval_seed_offset=eval_seed_offset)
+
+
 def make_jax_env(name: str, cfg: Any) -> JaxEnv:
     """The JAX environment ``name`` built for the run config ``cfg``."""
     if name in HOST_ENVS:

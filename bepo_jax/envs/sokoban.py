@@ -229,6 +229,15 @@ class SokobanEnv:
         solved = new.success & ~inner.success
         return new, reward, solved, solved
 
+    def demonstrations(self, tasks: Level, *, noise: float, seed: int, corruption: str = "step"):
+        """A noisy shortest-path expert's episode on each level: actions int32 [N, max_steps]
+        (-1 after it ends); ``noise`` is the share of corrupted decisions, ``corruption`` "step"
+        (random actions) or "state" (fixed mistakes at a share of the states)
+        (``envs.sokoban_solver.demonstrations``). What ``bepo-jax sft`` clones into a warm start."""
+        from .sokoban_solver import demonstrations
+
+        return demonstrations(tasks, max_steps=self.max_steps, noise=noise, seed=seed, corruption=corruption)[0]
+
     def canonical(self, inner: SokobanState) -> SokobanState:
         """The state without its clock (for ``bepo_jax.lab.enumerate_states``): the
         inner ``t`` and a time-limit ``done`` do not change the dynamics or the view."""

@@ -19,6 +19,11 @@ from typing import Optional
 
 from .text import normalize
 
+# The shapes a run gives TextWorld: observation and objective characters, admissible commands
+# kept and their characters, the episode's step limit (``RunConfig.max_steps`` = 0), the pool.
+OBS_CHARS, OBJECTIVE_CHARS, MAX_COMMANDS, COMMAND_CHARS, MAX_STEPS, POOL = 160, 96, 12, 24, 8, 8
+SEED_STRIDE = 7919  # a run's games are generated from seed * SEED_STRIDE (held-out: + the eval offset)
+
 
 def _textworld():
     try:
@@ -60,8 +65,8 @@ def generate_games(n: int, out_dir: str | Path, *, seed: int = 0, rooms: int = 2
 class TextWorldEnv:
     """One TextWorld game at a time behind the ``HostEnv`` interface."""
 
-    def __init__(self, *, obs_chars: int = 160, objective_chars: int = 96, max_commands: int = 12,
-                 command_chars: int = 24):
+    def __init__(self, *, obs_chars: int = OBS_CHARS, objective_chars: int = OBJECTIVE_CHARS,
+                 max_commands: int = MAX_COMMANDS, command_chars: int = COMMAND_CHARS):
         self.tw = _textworld()
         self.obs_chars = obs_chars
         self.objective_chars = objective_chars
@@ -103,3 +108,31 @@ class TextWorldEnv:
             self._env.close()
             self._env = None
 
+
+
+class TextWorldRun:
+    """TextWorld as a run's host environment (``envs.registry.make_host_env``): the run's
+    training games (``task_pool``, default ``POOL``), its held-out games (the first n of one
+    seeded sequence, so a larger evaluation extends a smaller one), the episode's shapes and
+    the arguments of ``host_rollout.make_host_rollout``. Games are generated into
+    ``games_dir`` (default ~/.cache/bepo_jax/textworld) and reused from there."""
+
+    obs_len, word_width, max_commands, task_len = OBS_CHARS, COMMAND_CHARS, MAX_COMMANDS, OBJECTIVE_CHARS
+
+    def __init__(self, cfg, games_dir: Optional[Path] = None, *, eval_seed_offset: int):
+        self.games_dir = Path(games_dir or Path.home() / ".cache" / "bepo_jax" / "textworld")
+        self._kw = dict(rooms=cfg.rooms, objects=cfg.objects, quest_length=cfg.quest_length)
+        self._seed = cfg.seed * SEED_STRIDE
+        self._held_out_seed = self._seed + eval_seed_offset
+        self.pool = cfg.task_pool or POOL
+        self.max_steps = cfg.max_steps or MAX_STEPS
+        self.train_tasks = [str(p) for p in generate_games(self.pool, self.games_dir, seed=self._seed, **self._kw)]
+
+    def held_out(self, n: int) -> list[str]:
+        return [str(p) for p in generate_games(n, self.games_dir, seed=self._held_out_seed, **self._kw)]
+
+    def rollout_args(self) -> dict:
+        make = lambda: TextWorldEnv(obs_chars=self.obs_len, objective_chars=self.task_len,
+                                    max_commands=self.max_commands, command_chars=self.word_width)
+        return dict(make_env=make, max_steps=self.max_steps, obs_len=self.obs_len, word_width=self.word_width,
+                    max_commands=self.max_commands, task_len=self.task_len)

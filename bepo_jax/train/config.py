@@ -29,7 +29,9 @@ class RunConfig:
     32 Sokoban levels / 32 mazes / 8 TextWorld games), eval_tasks (held-out tasks, and as
     many training tasks up to the pool, evaluated every eval_every iterations); checkpoint_every,
     keep_checkpoints; seed. Environment knobs: boxes (Sokoban max boxes),
-    rooms/objects/quest_length (TextWorld)."""
+    rooms/objects/quest_length (TextWorld). init_from: a run directory (``bepo-jax sft``'s warm
+    start, or any run of the same policy and environment) whose newest parameters start this run
+    ("" = fresh parameters from the seed); the optimizer starts fresh."""
 
     env: str = "sokoban"
     estimator: str = "gated_bepo"
@@ -60,6 +62,7 @@ class RunConfig:
     rooms: int = 2
     objects: int = 3
     quest_length: int = 1
+    init_from: str = ""
 
     @classmethod
     def from_stored(cls, d: dict) -> "RunConfig":
@@ -98,5 +101,7 @@ class RunConfig:
         check_range(n, "learning_rate", self.learning_rate, lo=0.0, lo_open=True)
         check_range(n, "head_init_scale", self.head_init_scale, lo=0.0, lo_open=True)
         check_range(n, "entropy_coef", self.entropy_coef, lo=0.0)
+        if not isinstance(self.init_from, str):
+            raise ValueError(f"RunConfig.init_from={self.init_from!r} must be a path (a string; \"\" for none).")
         if self.width % self.heads:
             raise ValueError(f"RunConfig.width={self.width} must be a multiple of heads={self.heads}.")

@@ -74,7 +74,7 @@ def _train(cfg: RunConfig, out: Path, *, resume: bool, progress: bool, on_iterat
     cfg = rundir.prepare(_with_env(cfg, env), out, resume=resume)
     setup = _setup_for_run(cfg, out)
     ckpt = Checkpointer(out / "checkpoints", max_to_keep=cfg.keep_checkpoints)
-    state = setup.trainer.init_state()
+    state = setup.init_state()
     start, rows = 0, []
     if resume and ckpt.steps():
         state, meta, start = ckpt.restore_latest(setup.trainer.abstract_state())

@@ -133,8 +133,8 @@ class SeedBatch:
         return jax.tree_util.tree_map(lambda x: jax.device_put(x, spec(x)), tree)
 
     def init_states(self) -> TrainState:
-        """Each seed's fresh state (its own initial parameters and RNG), stacked."""
-        return self.place(stack([s.trainer.init_state() for s in self.setups]))
+        """Each seed's first state (its own initial parameters, or the warm start's, and RNG), stacked."""
+        return self.place(stack([s.init_state() for s in self.setups]))
 
     def keys(self, it: int):
         return self.place(jnp.stack([s.iteration_key(it) for s in self.setups]))

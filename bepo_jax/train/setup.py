@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ..envs.registry import is_host_env, make_jax_env
+from ..envs.registry import is_host_env, make_host_env, make_jax_env
 from ..envs.text import VOCAB
 from ..estimators.registry import get_estimator, make_config
 from ..models import DecoderLM, TransformerConfig
@@ -45,38 +45,24 @@ class Setup:
         then only a label in ``config.json``)."""
         self.cfg = cfg
         self.host = env is None and is_host_env(cfg.env)
-        if not self.host:
-            self.env = env if env is not None else make_jax_env(cfg.env, cfg)
-        # The response holds the longest action word and its EOS (at least MIN_RESPONSE tokens).
-        response = 25 if self.host else max(MIN_RESPONSE, max(len(w) for w in self.env.action_words) + 1)
-        self.rollout_cfg = RolloutConfig(group_size=cfg.group_size, prompt_history=cfg.prompt_history,
-                                         temperature=cfg.temperature, constrained=cfg.constrained,
-                                         invalid_penalty=cfg.invalid_penalty, max_response=response)
         if self.host:
-            from ..envs.textworld_env import TextWorldEnv, generate_games
-            from ..host_rollout import make_host_rollout
-
-            games_dir = Path(cache_dir or Path.home() / ".cache" / "bepo_jax" / "textworld")
-            pool = cfg.task_pool or 8
-            kw = dict(rooms=cfg.rooms, objects=cfg.objects, quest_length=cfg.quest_length)
-            self.train_tasks = [str(p) for p in generate_games(pool, games_dir, seed=cfg.seed * 7919, **kw)]
-            # held-out games: the first n of one seeded sequence, so a larger evaluation extends a smaller one
-            self._held_out_games = lambda n: [str(p) for p in generate_games(
-                n, games_dir, seed=cfg.seed * 7919 + EVAL_SEED_OFFSET, **kw)]
-            self.eval_pool = self._held_out_games(cfg.eval_tasks)
-            obs_len, word, cmds, task_len, self.max_steps = 160, 24, 12, 96, cfg.max_steps or 8
-            P = prompt_length(obs_len, cfg.prompt_history, word, task_len)
-            make = lambda: TextWorldEnv(obs_chars=obs_len, objective_chars=task_len, max_commands=cmds,
-                                        command_chars=word)
-            host_args = dict(make_env=make, max_steps=self.max_steps, obs_len=obs_len, word_width=word,
-                                   max_commands=cmds, task_len=task_len)
+            self.env = make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET)
+            word, pool, self.max_steps = self.env.word_width, self.env.pool, self.env.max_steps
+            self.train_tasks = self.env.train_tasks
+            self.eval_pool = self.env.held_out(cfg.eval_tasks)
+            P = prompt_length(self.env.obs_len, cfg.prompt_history, word, self.env.task_len)
         else:
+            self.env = env if env is not None else make_jax_env(cfg.env, cfg)
             word = max(len(w) for w in self.env.action_words)
             P = prompt_length(self.env.obs_len, cfg.prompt_history, word)
             self.max_steps = self.env.max_steps
             pool = cfg.task_pool or 32
             self.train_tasks = self.env.sample_tasks(pool, cfg.seed)
             self.eval_pool = self.env.sample_tasks(cfg.eval_tasks, cfg.seed + EVAL_SEED_OFFSET)
+        # The response holds the longest action word (or command) and its EOS (at least MIN_RESPONSE tokens).
+        self.rollout_cfg = RolloutConfig(group_size=cfg.group_size, prompt_history=cfg.prompt_history,
+                                         temperature=cfg.temperature, constrained=cfg.constrained,
+                                         invalid_penalty=cfg.invalid_penalty, max_response=max(MIN_RESPONSE, word + 1))
         self.pool_size = pool
         self.model = DecoderLM(TransformerConfig(vocab=VOCAB, layers=cfg.layers, width=cfg.width, heads=cfg.heads,
                                                  head_init_scale=cfg.head_init_scale,
@@ -88,12 +74,24 @@ class Setup:
         self.estimator = get_estimator(cfg.estimator)
         self.est_cfg = make_config(cfg.estimator, **cfg.estimator_config)
         if self.host:
-            self.rollout = make_host_rollout(self.model, config=self.rollout_cfg, **host_args)
+            from ..host_rollout import make_host_rollout
+
+            self.rollout = make_host_rollout(self.model, config=self.rollout_cfg, **self.env.rollout_args())
         else:
             self.rollout = make_rollout(self.model, self.env, self.rollout_cfg)
         self._iteration = None  # jitted on first use
         self._update = None
         self._eval = None
+
+    def init_state(self) -> TrainState:
+        """The run's first state: the trainer's fresh state, with the parameters of
+        ``cfg.init_from`` when it names a warm start (``train.sft.load_initial_params``)."""
+        state = self.trainer.init_state()
+        if self.cfg.init_from:
+            from .sft import load_initial_params
+
+            state = load_initial_params(self.cfg, self, state)
+        return state
 
     # -- one iteration ------------------------------------------------------------------
     def advantages(self, batch):
@@ -114,6 +112,9 @@ class Setup:
         valid = ro.batch.mask
         m = dict(m)
         m["success_rate"] = jnp.mean(ro.success.astype(jnp.float32))
+        # groups whose trajectories disagree on the outcome: where outcome credit says anything at all
+        wins = jnp.sum(ro.success.astype(jnp.int32), axis=-1)
+        m["groups/mixed_share"] = jnp.mean(((wins > 0) & (wins < ro.success.shape[-1])).astype(jnp.float32))
         m["return"] = jnp.mean(jnp.sum(ro.batch.reward, axis=-1))
         m["invalid_rate"] = jnp.sum((ro.actions < 0) & valid) / jnp.maximum(jnp.sum(valid), 1)
         m["episode_length"] = jnp.mean(jnp.sum(valid, axis=-1).astype(jnp.float32))
@@ -131,6 +132,7 @@ class Setup:
         if diag is not None:
             m["graph/states"] = jnp.mean(diag.num_states.astype(jnp.float32))
             m["graph/gated_share"] = jnp.mean(diag.gated_share)
+            m["graph/out_degree"] = jnp.mean(diag.mean_out_degree)  # distinct successors per state
             m["graph/iterations_mean"] = jnp.mean(diag.iterations.astype(jnp.float32))
             m["graph/iterations_max"] = jnp.max(diag.iterations).astype(jnp.float32)
             m["graph/converged_share"] = jnp.mean(diag.converged.astype(jnp.float32))
@@ -183,7 +185,7 @@ class Setup:
         if n == self.cfg.eval_tasks:
             return self.eval_pool
         if self.host:
-            return self._held_out_games(n)
+            return self.env.held_out(n)
         return self.env.sample_tasks(n, self.cfg.seed + EVAL_SEED_OFFSET)
 
     def eval_pool_for(self, *, n_tasks: Optional[int] = None, training: bool = False):
