@@ -145,6 +145,17 @@ def test_sft_clones_the_expert_and_rl_starts_from_it(tmp_path):
         sft(cfg, SFTConfig(noise=0.1), tmp_path / "warm", progress=False)
 
 
+def test_an_interrupted_sft_trains_again_and_another_config_is_refused(tmp_path):
+    out = tmp_path / "warm"
+    sft(_tiny(), SFTConfig(epochs=1), out, progress=False)
+    (out / "sft.json").unlink()  # as if killed before the end: config.json and maybe checkpoints, no summary
+    res = sft(_tiny(), SFTConfig(epochs=1), out, progress=False)
+    assert (out / "sft.json").exists() and res["sft"]["epochs"] == 1
+    (out / "sft.json").unlink()
+    with pytest.raises(ValueError, match="width"):
+        sft(_tiny(width=64), SFTConfig(epochs=1), out, progress=False)
+
+
 def test_init_from_refuses_another_policy_and_a_missing_run(tmp_path):
     sft(_tiny(), SFTConfig(epochs=1), tmp_path / "warm", progress=False)
     with pytest.raises(ValueError, match=r"\['width'\].*width=32 there, 64 here"):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Optional
@@ -137,7 +138,10 @@ def sft(cfg: RunConfig, config: SFTConfig, out: str | Path, *, demonstrations=No
             if done["config"] == cfg.to_dict() and done["sft"] == config.to_dict():
                 return done
             raise ValueError(f"{out} already holds a warm start of other settings (sft.json); choose another --out.")
-        rundir.prepare(cfg, out, resume=False)
+        # a warm start killed before it finished (config.json, no sft.json) is trained again from the start if its
+        # config is the same (prepare refuses another); what it left in checkpoints/ is its own and is replaced
+        rundir.prepare(cfg, out, resume=(out / "config.json").exists())
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
         return _sft(cfg, config, out, demonstrations, progress)
 
 
