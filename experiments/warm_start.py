@@ -9,7 +9,8 @@ This experiment makes one and runs the ladder from it:
    shortest-path expert on 4096 generated levels of its own seed (10000: no RL seed's levels), the
    expert erring with a fixed wrong action at a share ``NOISE`` of the states (``corruption="state"``:
    a peaked clone with systematic mistakes, tuned so that it succeeds on about half the held-out
-   levels); written to ``runs/warm_start/sft``.
+   levels); written to ``runs/warm_start/sft`` and kept, parameters included, in
+   ``experiments/results/warm_start/`` (every later ``sft`` or ``run`` restores that one, bit for bit).
 2. ``run``: ``claims.py --experiment warm_start`` -- GRPO, the ladder (``ladder_fp_added``,
    ``bepo_additive``, Gated-BEPO), GiGPO and HGPO from the warm start, and Gated-BEPO from the cold
    start, 8 seeds (200-207) each as one program, 30 iterations at the recipe, held-out success on each
@@ -19,7 +20,7 @@ This experiment makes one and runs the ladder from it:
    share of records the gate admits, distinct successors per state, and the share of groups whose
    trajectories disagree on the outcome.
 
-    nice python experiments/warm_start.py sft
+    nice python experiments/warm_start.py sft          # once; kept in experiments/results/warm_start/
     nice python experiments/warm_start.py run          # ~35 min per arm on 2 cores
     python experiments/warm_start.py report
 
@@ -77,6 +78,55 @@ def run_sft(out: Path) -> dict:
           f"{res['held_out_after']['success_rate']:.3f} ({res['held_out_after']['tasks']} levels); expert "
           f"{res['demo_success']:.3f}")
     return res
+
+
+ARTIFACT = ROOT / "experiments" / "results" / "warm_start"  # the warm start kept: sft.json + its parameters
+
+
+def _flat(params) -> dict:
+    import jax
+
+    return {jax.tree_util.keystr(path): np.asarray(x) for path, x in jax.tree_util.tree_leaves_with_path(params)}
+
+
+def save_artifact(warm: Path, artifact: Path = ARTIFACT) -> Path:
+    """Keep the warm start in the repository (run directories do not outlive a working session, and a
+    supervised stage trained again on another machine need not give the same bits): its summary and its
+    parameters (float32, compressed), so that every arm of every session starts from the same policy."""
+    from bepo_jax.train import load_run
+
+    _, state, _ = load_run(warm)
+    artifact.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(artifact / "params.npz", **_flat(state.params))
+    (artifact / "sft.json").write_text((warm / "sft.json").read_text())
+    return artifact
+
+
+def restore_artifact(warm: Path, artifact: Path = ARTIFACT) -> None:
+    """Write the kept warm start back as the run directory ``warm`` (config.json, checkpoints/0, sft.json)
+    when it is not there; the parameters are the stored ones, bit for bit."""
+    import jax
+
+    from bepo_jax.rl.checkpoint import Checkpointer
+    from bepo_jax.train import rundir
+    from bepo_jax.train.setup import Setup
+
+    if (warm / "sft.json").exists():
+        return
+    info = json.loads((artifact / "sft.json").read_text())
+    cfg = RunConfig.from_stored(info["config"])
+    stored = np.load(artifact / "params.npz")
+    state = Setup(cfg).trainer.init_state()
+    leaves = [stored[jax.tree_util.keystr(path)] for path, _ in jax.tree_util.tree_leaves_with_path(state.params)]
+    state = state._replace(params=jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(state.params),
+                                                               [jax.numpy.asarray(x) for x in leaves]))
+    rundir.prepare(cfg, warm, resume=(warm / "config.json").exists())
+    ckpt = Checkpointer(warm / "checkpoints", max_to_keep=cfg.keep_checkpoints)
+    try:
+        ckpt.save(0, state, {"iteration": 0, "config": cfg.to_dict(), "sft": info["sft"], "restored_from": str(artifact)})
+    finally:
+        ckpt.close()
+    (warm / "sft.json").write_text(json.dumps(info, indent=1))
 
 
 def regime(per_arm: dict) -> dict:
@@ -143,10 +193,18 @@ def main(argv=None) -> int:
     p.add_argument("--results", default=str(ROOT / "experiments" / "results"))
     args = p.parse_args(argv)
     os.chdir(ROOT)  # the experiment's init_from is relative to the repository root
+    warm = ROOT / claims.WARM_START_DIR
     if args.step == "sft":
-        run_sft(ROOT / claims.WARM_START_DIR)
+        if (ARTIFACT / "sft.json").exists():
+            restore_artifact(warm)  # the kept warm start, not a new one
+            print(f"warm start restored from {ARTIFACT} into {warm}")
+        else:
+            run_sft(warm)
+            save_artifact(warm)
     elif args.step == "run":
-        if not (ROOT / claims.WARM_START_DIR / "sft.json").exists():
+        if (ARTIFACT / "sft.json").exists():
+            restore_artifact(warm)
+        if not (warm / "sft.json").exists():
             raise SystemExit(f"no warm start in {claims.WARM_START_DIR}: run `python experiments/warm_start.py sft` "
                              "first.")
         for arm in args.arms.split(","):

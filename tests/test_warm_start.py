@@ -37,3 +37,22 @@ def test_regime_is_the_mean_over_seeds_per_iteration():
     lines = warm_start.regime_lines(warm_start.regime(per_arm), at=(1, 3))
     assert lines[2].startswith("| a | ") and lines[2].count("±") == 6
     assert warm_start.regime({"b": [{}]}) == {"b": {}}  # an arm without graph metrics (GRPO) has no regime rows
+
+
+def test_the_kept_warm_start_restores_bit_for_bit(tmp_path):
+    import jax
+
+    from bepo_jax.train import load_run
+    from bepo_jax.train.sft import SFTConfig, sft
+
+    cfg = RunConfig(env="sokoban", layers=1, width=32, heads=2, task_pool=8, eval_tasks=4, prompt_history=0, seed=5)
+    sft(cfg, SFTConfig(epochs=1), tmp_path / "warm", progress=False)
+    warm_start.save_artifact(tmp_path / "warm", tmp_path / "kept")
+    warm_start.restore_artifact(tmp_path / "again", tmp_path / "kept")
+    (_, a, _), (_, b, _) = load_run(tmp_path / "warm"), load_run(tmp_path / "again")
+    same = jax.tree_util.tree_map(lambda x, y: bool(np.array_equal(np.asarray(x), np.asarray(y))), a.params, b.params)
+    assert all(jax.tree_util.tree_leaves(same))
+    import json
+
+    assert json.loads((tmp_path / "again" / "sft.json").read_text()) == \
+        json.loads((tmp_path / "warm" / "sft.json").read_text())
