@@ -485,6 +485,25 @@ def _rescore(name: str) -> str:
     return "\n".join(rescore_contrasts(_load(f"{name}.json")))
 
 
+def warm_start() -> str:
+    """RL after a supervised warm start (experiments/warm_start.py): the warm start kept in
+    ``warm_start/sft.json``, then the arms and claims of ``warm_start.json`` when any arm has finished."""
+    w = _load("warm_start/sft.json")
+    s, ho = w["sft"], w["held_out_after"]
+    lines = [f"The warm start: the recipe's policy cloned from a shortest-path expert that errs at {s['noise']:.0%} of "
+             f"the states ({s['corruption']} corruption; the expert itself succeeds on {w['demo_success']:.3f} of its "
+             f"{w['demonstrations']} levels), {s['epochs']} epochs, final loss {w['loss'][-1]:.3f} nats per action "
+             f"token; held-out success on its seed's {ho['tasks']} levels {w['held_out_before']['success_rate']:.3f} "
+             f"before, {ho['success_rate']:.3f} ± {ho['ci95']:.3f} after (95% t over levels).", ""]
+    if not (RESULTS / "warm_start.json").exists():
+        return "\n".join(lines + ["No arm has finished yet (`experiments/results/warm_start.json` does not exist)."])
+    from experiments.warm_start import regime_lines
+
+    regime = _load("warm_start.json").get("regime", {})
+    return "\n".join(lines + [_arms("warm_start"), "", _claims("warm_start"), "",
+                              "The regime per iteration (mean ± 95% t over seeds):", "", *regime_lines(regime)])
+
+
 TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": compare_sokoban,
           "env_loop": env_loop, "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
@@ -494,7 +513,8 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "claims_e1_recipe": lambda: _claims("e1_recipe"), "arms_e1_recipe": lambda: _arms("e1_recipe"),
           "recipe_ablation": recipe_ablation, "e2_confirm": e2_confirm,
           "e2_rescore": lambda: _rescore("e2_rescore"), "e2_claims_rescore": lambda: _rescore("e2_claims_rescore"),
-          "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore"), "headline": headline}
+          "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore"), "headline": headline,
+          "warm_start": warm_start}
 
 
 def render(text: str) -> str:
