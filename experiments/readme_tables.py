@@ -492,7 +492,7 @@ def warm_start() -> str:
     s, ho = w["sft"], w["held_out_after"]
     lines = [f"The warm start: the recipe's policy cloned from a shortest-path expert that errs at {s['noise']:.0%} of "
              f"the states ({s['corruption']} corruption; the expert itself succeeds on {w['demo_success']:.3f} of its "
-             f"{w['demonstrations']} levels), {s['epochs']} epochs, final loss {w['loss'][-1]:.3f} nats per action "
+             f"{w['demonstrations']} levels), {s['epochs']} epochs, final loss {w['loss'][-1]:.3f} nats per response "
              f"token; held-out success on its seed's {ho['tasks']} levels {w['held_out_before']['success_rate']:.3f} "
              f"before, {ho['success_rate']:.3f} ± {ho['ci95']:.3f} after (95% t over levels).", ""]
     if not (RESULTS / "warm_start.json").exists():
