@@ -15,9 +15,9 @@ def test_the_protocol_is_fixed_in_code():
     assert [a.label for a in exp.arms] == ["gated_bepo", "grpo", "gigpo", "ladder_fp_added", "hgpo", "bepo_additive"]
     assert (exp.seeds, exp.first_seed, exp.iterations, exp.eval_every) == (16, 100, 60, 30)
     assert exp.base == claims.MAIN_JOB  # the recipe as it is
-    # fresh seeds: no other experiment's seeds reach 100
+    # fresh seeds: no other experiment uses any of them (the earlier ones stop below 100, later ones start above 115)
     others = [e for n, e in claims.EXPERIMENTS.items() if not n.startswith("confirmatory_runs")]
-    assert max(max(e.seed_ids(e.seeds)) for e in others) < min(exp.seed_ids(exp.seeds))
+    assert not set(exp.seed_ids(exp.seeds)) & {s for e in others for s in e.seed_ids(e.seeds)}
     # four chunks of four seeds cover the sixteen, each the protocol's experiment otherwise
     chunks = [claims.EXPERIMENTS[cf.chunk_name(c)] for c in range(cf.CHUNKS)]
     assert [s for e in chunks for s in e.seed_ids(e.seeds)] == list(range(100, 116))
