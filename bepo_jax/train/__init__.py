@@ -3,6 +3,7 @@
 Modules, each importing only the ones listed before it:
 
     config     RunConfig (config.json), EVAL_SEED_OFFSET
+    init_from  a run's first parameters from another run directory (RunConfig.init_from)
     report     intervals (mean_ci, paired_change, paired_combination), trailing means, iterations_to, run_summary
     plots      draw_curve / plot_curve (one run), plot_comparison (estimators x seeds)
     setup      Setup: environment, policy, trainer; the iteration as pure functions; evaluation
@@ -10,6 +11,7 @@ Modules, each importing only the ones listed before it:
     rundir     the run directory: config.json, metrics.jsonl, TensorBoard, summary.json
     loop       train (one run), train_seeds (seeds as one program), load_run
     compare    compare: estimators x seeds, one table and one plot
+    sft        sft: a supervised warm start (demonstrations replayed, maximum likelihood), a run directory
 
 ``bepo-jax train`` runs ``train``; ``bepo-jax compare`` runs ``compare``.
 """

@@ -32,6 +32,7 @@ from ..rl.train_step import TrainConfig, Trainer, TrainState, UpdateBatch
 from ..rollout import Rollout, RolloutConfig, make_rollout, prompt_length
 from ..tokens import to_token_advantages
 from .config import EVAL_SEED_OFFSET, RunConfig
+from .init_from import load_initial_params
 from .report import mean_ci
 
 MIN_RESPONSE = 8  # response tokens at least (the action word and its EOS must fit)
@@ -85,13 +86,9 @@ class Setup:
 
     def init_state(self) -> TrainState:
         """The run's first state: the trainer's fresh state, with the parameters of
-        ``cfg.init_from`` when it names a warm start (``train.sft.load_initial_params``)."""
+        ``cfg.init_from`` when it names a warm start (``train.init_from``)."""
         state = self.trainer.init_state()
-        if self.cfg.init_from:
-            from .sft import load_initial_params
-
-            state = load_initial_params(self.cfg, self, state)
-        return state
+        return load_initial_params(self.cfg, self.trainer, state) if self.cfg.init_from else state
 
     # -- one iteration ------------------------------------------------------------------
     def advantages(self, batch):

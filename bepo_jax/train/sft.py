@@ -34,7 +34,6 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -46,15 +45,12 @@ from .._config import check_choice, check_int, check_range, with_dict_methods
 from ..envs.registry import is_host_env
 from ..models.interface import token_logprobs
 from ..rl.checkpoint import Checkpointer
-from ..rl.train_step import TrainState
 from ..rollout import make_replay
 from . import rundir
 from .config import RunConfig
 from .setup import Setup
 
 CORRUPTIONS = ("step", "state")  # as envs.sokoban_solver (kept here: importing it would load the Sokoban code)
-ARCHITECTURE = ("env", "layers", "width", "heads", "prompt_history", "max_steps", "boxes", "rooms", "objects",
-                "quest_length")  # what fixes the parameters' shapes and the prompts they were trained on
 
 
 @with_dict_methods
@@ -194,27 +190,3 @@ def _sft(cfg: RunConfig, config: SFTConfig, out: Path, demonstrations, progress:
                "held_out_per_task": after[0]["per_task"], "seconds": time.perf_counter() - t0}
     rundir.atomic_write(out / "sft.json", json.dumps(summary, indent=1))
     return summary
-
-
-def load_initial_params(cfg: RunConfig, setup: Setup, state: TrainState) -> TrainState:
-    """``state`` with its parameters from ``cfg.init_from`` (a run directory or its checkpoints/):
-    the newest checkpoint's parameters; the optimizer state, step and RNG stay fresh. The source's
-    architecture and environment must equal ``cfg``'s (``ARCHITECTURE``)."""
-    src = Path(cfg.init_from)
-    run = src.parent if src.name == "checkpoints" else src
-    cfg_path = run / "config.json"
-    if not cfg_path.exists():
-        raise ValueError(f"RunConfig.init_from={cfg.init_from!r} is not a run directory (no config.json in {run}); "
-                         "give the --out of a `bepo-jax sft` or `bepo-jax train` run.")
-    stored = RunConfig.from_stored(json.loads(cfg_path.read_text()))
-    diff = [f for f in ARCHITECTURE if getattr(stored, f) != getattr(cfg, f)]
-    if diff:
-        raise ValueError(f"RunConfig.init_from={cfg.init_from!r}: that run's {diff} differ from this run's "
-                         f"({', '.join(f'{f}={getattr(stored, f)!r} there, {getattr(cfg, f)!r} here' for f in diff)}); "
-                         "its parameters do not fit this policy. Train the warm start with the same settings.")
-    ckpt = Checkpointer(run / "checkpoints", max_to_keep=stored.keep_checkpoints)
-    try:
-        loaded, _, _ = ckpt.restore_latest(setup.trainer.abstract_state())
-    finally:
-        ckpt.close()
-    return state._replace(params=loaded.params)
