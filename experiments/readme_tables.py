@@ -20,6 +20,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
+if str(ROOT) not in sys.path:  # run as a script: the experiments package (warm_start's table) must import
+    sys.path.insert(0, str(ROOT))
 
 
 def _load(rel: str) -> dict:
@@ -204,9 +206,9 @@ def _verdict(mh) -> str:
     return "reproduced" if m > 0 else "contradicted"
 
 
-def _claims(name: str) -> str:
-    """The claims table of one claims.py experiment (``experiments/results/<name>.json``)."""
-    d = _load(f"{name}.json")
+def _claims(name: str, d: dict | None = None) -> str:
+    """The claims table of one claims.py experiment (``experiments/results/<name>.json``, or its contents ``d``)."""
+    d = _load(f"{name}.json") if d is None else d
     ps = d["per_seed"]
     lines = [f"| claim | paper (source) | ours: held-out success, paired difference (points), 95% t over {d['seeds']} "
              "seeds | verdict | against the paper's number | training tasks, same | verdict |",

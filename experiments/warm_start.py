@@ -168,8 +168,8 @@ def report(results: Path) -> None:
     from experiments.readme_tables import _claims
 
     info = json.loads((results / f"{EXPERIMENT}.json").read_text())
-    warm = json.loads((ROOT / claims.WARM_START_DIR / "sft.json").read_text()) \
-        if (ROOT / claims.WARM_START_DIR / "sft.json").exists() else info.get("warm_start")
+    warm = json.loads((ARTIFACT / "sft.json").read_text()) if (ARTIFACT / "sft.json").exists() \
+        else info.get("warm_start")
     reg = regime(info["per_seed"])
     info["regime"], info["warm_start"] = reg, warm
     (results / f"{EXPERIMENT}.json").write_text(json.dumps(info, indent=2))
@@ -183,12 +183,12 @@ def report(results: Path) -> None:
                   f"levels {warm['held_out_before']['success_rate']:.3f} before, "
                   f"{warm['held_out_after']['success_rate']:.3f} ± {warm['held_out_after']['ci95']:.3f} after "
                   f"(95% t over levels).", ""]
-    extra += ["How it was chosen (probes run by hand before this experiment was fixed; not part of the results):", "",
+    extra += ["How it was chosen (probes run by hand on seed 1 before any arm ran; not part of the results):", "",
               *(f"- `{cmd}`: {what}" for cmd, what in PROBES), ""]
     extra += ["Per iteration, mean ± 95% t over seeds (graph estimators record the first two; the gate's share is "
               "the share of records with >= 2 distinct successors for the BEPO family and of records in a repeated "
               "state for GiGPO):", "", *regime_lines(reg), "",
-              "## The paper's claims from the warm start", "", _claims(EXPERIMENT)]
+              "## The paper's claims from the warm start", "", _claims(EXPERIMENT, info)]
     (results / f"{EXPERIMENT}.md").write_text(md + "\n" + "\n".join(extra) + "\n")
     print(f"wrote {results / EXPERIMENT}.json/.md")
 
