@@ -487,16 +487,23 @@ def _rescore(name: str) -> str:
     return "\n".join(rescore_contrasts(_load(f"{name}.json")))
 
 
+def warm_start_sentence(w: dict) -> str:
+    """The warm start of experiments/warm_start.py in one sentence, from its ``sft.json`` ``w`` (the docs'
+    table and the experiment's own report both say it this way)."""
+    s, ho = w["sft"], w["held_out_after"]
+    where = "states" if s["corruption"] == "state" else "steps"
+    return (f"The warm start: the recipe's policy cloned from a shortest-path expert that errs at {s['noise']:.0%} of "
+            f"the {where} ({s['corruption']} corruption; the expert itself succeeds on {w['demo_success']:.3f} of its "
+            f"{w['demonstrations']} levels, seed {w['config']['seed']}), {s['epochs']} epochs, final loss "
+            f"{w['loss'][-1]:.3f} nats per response token; held-out success on its seed's {ho['tasks']} levels "
+            f"{w['held_out_before']['success_rate']:.3f} before, {ho['success_rate']:.3f} ± {ho['ci95']:.3f} after "
+            "(95% t over levels).")
+
+
 def warm_start() -> str:
     """RL after a supervised warm start (experiments/warm_start.py): the warm start kept in
     ``warm_start/sft.json``, then the arms and claims of ``warm_start.json`` when any arm has finished."""
-    w = _load("warm_start/sft.json")
-    s, ho = w["sft"], w["held_out_after"]
-    lines = [f"The warm start: the recipe's policy cloned from a shortest-path expert that errs at {s['noise']:.0%} of "
-             f"the states ({s['corruption']} corruption; the expert itself succeeds on {w['demo_success']:.3f} of its "
-             f"{w['demonstrations']} levels), {s['epochs']} epochs, final loss {w['loss'][-1]:.3f} nats per response "
-             f"token; held-out success on its seed's {ho['tasks']} levels {w['held_out_before']['success_rate']:.3f} "
-             f"before, {ho['success_rate']:.3f} ± {ho['ci95']:.3f} after (95% t over levels).", ""]
+    lines = [warm_start_sentence(_load("warm_start/sft.json")), ""]
     if not (RESULTS / "warm_start.json").exists():
         return "\n".join(lines + ["No arm has finished yet (`experiments/results/warm_start.json` does not exist)."])
     from experiments.warm_start import regime_lines

@@ -165,7 +165,7 @@ def regime_lines(reg: dict, at=(1, 15, 30)) -> list[str]:
 
 
 def report(results: Path) -> None:
-    from experiments.readme_tables import _claims
+    from experiments.readme_tables import _claims, warm_start_sentence
 
     info = json.loads((results / f"{EXPERIMENT}.json").read_text())
     warm = json.loads((ARTIFACT / "sft.json").read_text()) if (ARTIFACT / "sft.json").exists() \
@@ -176,13 +176,8 @@ def report(results: Path) -> None:
     md = (results / f"{EXPERIMENT}.md").read_text().split("\n## The regime")[0].rstrip()
     extra = ["", "## The regime: where the gate can close", ""]
     if warm:
-        extra += [f"The warm start (`{claims.WARM_START_DIR}`, `bepo_jax.train.sft`): the recipe's policy cloned from "
-                  f"a noisy shortest-path expert ({warm['sft']['corruption']} corruption, noise {warm['sft']['noise']}) "
-                  f"on {warm['demonstrations']} levels of seed {warm['config']['seed']} (the expert itself succeeds "
-                  f"on {warm['demo_success']:.3f}); held-out success on that seed's {warm['held_out_after']['tasks']} "
-                  f"levels {warm['held_out_before']['success_rate']:.3f} before, "
-                  f"{warm['held_out_after']['success_rate']:.3f} ± {warm['held_out_after']['ci95']:.3f} after "
-                  f"(95% t over levels).", ""]
+        extra += [f"{warm_start_sentence(warm)} (`bepo_jax.train.sft`; kept in `experiments/results/warm_start/`, "
+                  f"restored into `{claims.WARM_START_DIR}`.)", ""]
     extra += ["How it was chosen (probes run by hand on seed 1 before any arm ran; not part of the results):", "",
               *(f"- `{cmd}`: {what}" for cmd, what in PROBES), ""]
     extra += ["Per iteration, mean ± 95% t over seeds (graph estimators record the first two; the gate's share is "

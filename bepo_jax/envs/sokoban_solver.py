@@ -79,13 +79,13 @@ class LevelSolver:
         for node, nxts in succ.items():
             for nxt in nxts:
                 pred.setdefault(nxt, set()).add(node)
-        self.depth, self.succ = depth, succ
+        self.succ = succ
         self.dist = {node: 0 for node in depth if self.solved(node)}
         queue = deque(self.dist)
         while queue:
             node = queue.popleft()
             for p in pred.get(node, ()):
-                if p not in self.dist and p in succ and not self.solved(p):
+                if p not in self.dist:
                     self.dist[p] = self.dist[node] + 1
                     queue.append(p)
 

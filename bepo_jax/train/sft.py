@@ -50,7 +50,9 @@ from . import rundir
 from .config import RunConfig
 from .setup import Setup
 
-CORRUPTIONS = ("step", "state")  # as envs.sokoban_solver (kept here: importing it would load the Sokoban code)
+# The kinds of mistake the demonstrations protocol (``env.demonstrations(..., corruption=)``) names; an environment's
+# solver checks its own (Sokoban's: ``envs.sokoban_solver.CORRUPTIONS``, the same two).
+CORRUPTIONS = ("step", "state")
 
 
 @with_dict_methods
