@@ -39,13 +39,10 @@ train: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/bepo-jax demo
 
-# The tests' persistent compilation cache (tests/conftest.py sets the same for pytest; here for the notebooks).
-NB_CACHE = JAX_COMPILATION_CACHE_DIR=$(CURDIR)/.jax_cache/$(1) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2
-
 # Tests marked slow run when CI is set (.ci/run exports CI=1): `CI=1 make test` runs everything.
 test: $(VENV)/.installed
 	$(PY) -m pytest -n 2 --dist loadgroup -q $(if $(CI),,-m "not slow")
-	$(call NB_CACHE,py311) BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16 $(PY) -m pytest -n 2 -q --nbmake notebooks/*.ipynb
+	BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16 $(PY) -m pytest -n 2 -q --nbmake notebooks/*.ipynb
 
 $(VENV312)/.installed: requirements-py312.lock pyproject.toml
 	test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
@@ -57,7 +54,7 @@ $(VENV312)/.installed: requirements-py312.lock pyproject.toml
 # The same kernels, training step, resume and notebooks on Python 3.12 with current JAX.
 test-py312: $(VENV312)/.installed
 	$(VENV312)/bin/python -m pytest -n 2 --dist loadgroup -q $(if $(CI),,-m "not slow") $(PY312_TESTS)
-	$(call NB_CACHE,py312) BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16 $(VENV312)/bin/python -m pytest -n 2 -q --nbmake notebooks/*.ipynb
+	BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16 $(VENV312)/bin/python -m pytest -n 2 -q --nbmake notebooks/*.ipynb
 
 # Re-lock after changing dependencies in pyproject.toml (lock: Python 3.11, lock-py312: 3.12).
 lock:

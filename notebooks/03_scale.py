@@ -29,11 +29,12 @@
 # Elsewhere (Colab) set BEPO_JAX_SOURCE to your copy of this repository first: a pip
 # requirement such as "git+https://github.com/<you>/bepo_jax", or a folder you uploaded,
 # e.g. run `%env BEPO_JAX_SOURCE=/content/bepo_jax` in a cell above this one.
-# On a CPU runtime, 8 simulated devices: the flag must be set before JAX starts, so this
-# cell comes first in a fresh kernel.
+# On a CPU runtime, 8 simulated devices (added to any XLA flags already set): the flag must
+# be set before JAX starts, so this cell comes first in a fresh kernel.
 import importlib.util, os, shutil, subprocess, sys
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 if importlib.util.find_spec("bepo_jax") is None:
     source = os.environ.get("BEPO_JAX_SOURCE")
     if not source:

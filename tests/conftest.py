@@ -1,19 +1,8 @@
 import os
 
-# 8 simulated CPU devices for the multi-device tests; must be set before jax is imported.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# A persistent compilation cache shared by the test workers, the subprocesses the tests start and
-# later runs (the Makefile points the notebooks at the same place): a program that several tests
-# compile is compiled once. One directory per interpreter (the keys hold the JAX version anyway).
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
+# XLA_FLAGS, JAX_PLATFORMS and the persistent compilation cache: the repository's conftest.py.
 
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".jax_cache"
-                                                       / f"py{sys.version_info[0]}{sys.version_info[1]}"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
-
-from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "default",

@@ -1,4 +1,14 @@
+import os
+
 import numpy as np
+
+
+def xla_flags(devices: int) -> str:
+    """This run's XLA_FLAGS (the compiler settings of the repository's conftest.py) with
+    ``devices`` simulated CPU devices, for a subprocess that needs its own device count."""
+    others = [f for f in os.environ.get("XLA_FLAGS", "").split()
+              if not f.startswith("--xla_force_host_platform_device_count")]
+    return " ".join([f"--xla_force_host_platform_device_count={devices}", *others])
 
 
 def assert_close(actual, expected, *, rtol=1e-4, what=""):

@@ -5,12 +5,16 @@ parameters' checksum."""
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers import xla_flags  # noqa: E402
+
+# 2 devices per process, with the test run's compiler settings (those of the single-process
+# update it is compared with).
+os.environ["XLA_FLAGS"] = xla_flags(2)
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bepo_jax.rl import multihost  # noqa: E402
 
 port, pid, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]

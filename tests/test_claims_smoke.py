@@ -158,6 +158,7 @@ def test_recipe_arms_are_shared_across_experiments():
             assert changed == set(run) and reverted == recipe.replace(**run)
 
 
+@pytest.mark.slow  # an experiment end to end (tens of seconds): make test skips it, CI=1 runs it
 def test_fresh_seeds_run_under_their_own_numbers(tmp_path, monkeypatch):
     """An experiment with ``first_seed`` trains and reads seeds first_seed, ... (its run directories and
     configs say so), and results written for other seed numbers are not read as its own."""

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from .helpers import xla_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 SKIP = ("# Not run", "# Not runnable offline")
@@ -50,7 +52,7 @@ def test_python_blocks_run(page, tmp_path):
             assert len(b.lstrip().splitlines()[0]) > len("# Not run by the tests: x"), f"{page}: say why not"
     if not runnable:
         return
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=xla_flags(4),
                MPLBACKEND="Agg")
     script = "\n\n".join(f"# --- {page}, block {i + 1}\n{b}" for i, b in enumerate(runnable))
     r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -102,11 +102,11 @@ def test_gigpo_matches_reference(norm, weighting, std, data, gamma, omega):
     assert_close(got, want, what="gigpo")
 
 
-@pytest.mark.parametrize("norm,base_group", [("mean_std", False), ("mean", False), ("mean_std", True), ("mean", True)])
-@settings(max_examples=10)
+@pytest.mark.parametrize("norm", ["mean_std", "mean"])
+@settings(max_examples=12)  # every program (shape x penalty x history x base group) compiles anew: few examples
 @given(data=batches(), gamma=gammas, history_length=st.sampled_from([0, 1, 2, 3]),
-       alpha=st.sampled_from([0.0, 1.0, 2.0]))
-def test_hgpo_matches_reference(norm, base_group, data, gamma, history_length, alpha):
+       alpha=st.sampled_from([0.0, 1.0, 2.0]), base_group=st.booleans())
+def test_hgpo_matches_reference(norm, data, gamma, history_length, alpha, base_group):
     batch, np_batch = data
     cfg = HGPOConfig(history_length=history_length, length_weight_alpha=alpha, base_group=base_group, norm=norm,
                      gamma=gamma)

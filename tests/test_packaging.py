@@ -94,4 +94,5 @@ def test_the_sdist_ships_no_tests_without_their_helpers(built):
     _, sdist = built
     names = [n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n]
     assert {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "docs/pypi.md", "bepo_jax/_version.py"} <= set(names)
-    assert not [n for n in names if n.startswith("tests/")], "tests need conftest.py, helpers and examples/"
+    assert not [n for n in names if n.startswith("tests/") or n == "conftest.py"], \
+        "tests need conftest.py, helpers and examples/"

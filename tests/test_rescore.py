@@ -62,7 +62,8 @@ def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(run
     assert json.loads((runs / "res" / "e1_rescore.json").read_text())["runs"] == info["runs"]
 
 
-def test_rescore_refuses_what_it_cannot_measure(runs):
+@pytest.mark.slow  # needs the trained runs (the fixture): CI=1 runs it
+def test_rescore_refuses_a_run_it_did_not_ask_for(runs):
     base = ["--experiment", "e1", "--arms", "grpo,gated_bepo", "--seeds", "2", "--iterations", "2",
             "--out", str(runs / "runs"), "--results", str(runs / "other"), "--groups", "2", "--eval-tasks", "4"]
     with pytest.raises(SystemExit, match="must exceed the 4 held-out tasks"):
@@ -71,12 +72,19 @@ def test_rescore_refuses_what_it_cannot_measure(runs):
         rescore.main([*base[:7], "3", *base[8:], "--tasks", "6"])
     with pytest.raises(SystemExit, match=r"differs from the one asked for in \['groups'\]"):  # not the arm's runs
         rescore.main([*base[:-4], "--eval-tasks", "4", "--tasks", "6"])
+
+
+def test_rescore_refuses_what_it_cannot_measure(tmp_path):
+    base = ["--experiment", "e1", "--arms", "grpo,gated_bepo", "--seeds", "2", "--iterations", "2",
+            "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "other"), "--groups", "2",
+            "--eval-tasks", "4"]
     with pytest.raises(SystemExit, match="--arms"):
         rescore.main([*base[:2], "--arms", "grpo,nope", *base[4:]])
     with pytest.raises(SystemExit, match="their base configs differ"):
         rescore.main(["--experiment", "e1,e2"])
     with pytest.raises(SystemExit, match="'grpo-gigpo' must be 'arm-arm'"):
         rescore.main([*base, "--contrasts", "grpo-gigpo"])
+    assert not (tmp_path / "other").exists()  # refused before anything was written
     # fresh tasks must follow the scored ones: a pool that does not begin with them is told apart
     a, b = np.arange(12).reshape(6, 2), np.arange(8).reshape(4, 2)
     assert rescore.begins_with({"x": a}, {"x": b}, 4) and not rescore.begins_with({"x": a}, {"x": b + 1}, 4)

@@ -310,13 +310,13 @@ def test_sharded_step_equals_single_device():
     assert abs(float(m1["loss"]) - float(m8["loss"])) < 1e-5
 
 
+@pytest.mark.slow  # two processes, each compiling the step (tens of seconds): make test skips it, CI=1 runs it
 def test_two_processes_compute_the_single_process_update(tmp_path):
     with socket.socket() as s:
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    env.pop("XLA_FLAGS", None)
+    env = {**os.environ, "PYTHONPATH": str(root)}  # the worker sets its own device count
     procs = [subprocess.Popen([sys.executable, str(root / "tests" / "multihost_worker.py"), str(port), str(i),
                                str(tmp_path / f"p{i}.npy")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for i in range(2)]

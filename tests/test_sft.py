@@ -77,6 +77,7 @@ def test_noise_lowers_the_expert_and_state_corruption_is_a_fixed_policy():
     actions, _ = demonstrations(levels, max_steps=10, noise=0.3, seed=1, corruption="state")
     # the same grid (the environment's observation) always gets the same action
     env = sk.SokobanEnv()
+    step = jax.jit(sk.step, static_argnums=2)  # the environment's own step, compiled once
     seen = {}
     for i in range(256):
         state = sk.reset(sk.level_at(levels, i))
@@ -85,7 +86,7 @@ def test_noise_lowers_the_expert_and_state_corruption_is_a_fixed_policy():
                 break
             key = np.asarray(state.grid).tobytes()
             assert seen.setdefault(key, int(a)) == int(a)
-            state, _, _ = sk.step(state, int(a), env.config)
+            state, _, _ = step(state, int(a), env.config)
     assert len(seen) > 256
     with pytest.raises(ValueError, match="noise"):
         demonstrations(levels, max_steps=10, noise=1.5, seed=0)
@@ -117,6 +118,7 @@ def _tiny(**kw):
     return RunConfig(**{**base, **kw})
 
 
+@pytest.mark.slow  # 30 epochs of sft, then RL from it (tens of seconds): make test skips it, CI=1 runs it
 def test_sft_clones_the_expert_and_rl_starts_from_it(tmp_path):
     cfg = _tiny()
     res = sft(cfg, SFTConfig(noise=0.0, epochs=30, batch_size=32, learning_rate=3e-3), tmp_path / "warm",
