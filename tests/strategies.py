@@ -38,8 +38,10 @@ def batches(draw, shape=None, penalty=None, alphabet=None):
     # Garbage at padding must never matter.
     reward = np.where(mask, reward, np.float32(np.nan))
     obs = np.where(mask[..., None], obs, np.uint32(12345))
-    batch = StepBatch(obs_key=obs, reward=reward, mask=mask, outcome=outcome,
-                      penalty=pen if with_penalty else None)
+    # Always an array (zeros when no penalties are drawn): one pytree structure per shape, so a
+    # kernel compiles once per shape and config, not twice. That penalty=None is the zero
+    # penalty is its own test (test_registry.test_no_penalty_is_a_zero_penalty).
+    batch = StepBatch(obs_key=obs, reward=reward, mask=mask, outcome=outcome, penalty=pen)
     return batch, (obs, np.where(mask, reward, 0.0).astype(np.float32), mask, outcome, pen)
 
 

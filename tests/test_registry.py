@@ -258,6 +258,19 @@ def test_registry_lists_every_estimator_and_runs_them():
             assert float(d.singleton_share[0]) == pytest.approx(1 / 5)  # only "b" is visited once
 
 
+@pytest.mark.parametrize("name", sorted(bj.ESTIMATORS))
+@settings(max_examples=6)
+@given(data=batches(penalty=False))
+def test_no_penalty_is_a_zero_penalty(name, data):
+    """``penalty=None`` (the default) gives what an all-zero penalty gives, for every estimator;
+    the property tests draw penalties as arrays only (tests/strategies.py)."""
+    batch, _ = data
+    assert np.all(np.asarray(batch.penalty) == 0)
+    none = StepBatch(batch.obs_key, batch.reward, batch.mask, batch.outcome, None)
+    assert_close(bj.compute_advantages(name, none).advantage, bj.compute_advantages(name, batch).advantage,
+                 rtol=1e-6, what=f"{name}: penalty=None against zeros")
+
+
 def test_registry_errors_list_the_valid_values():
     b = batch_from_trajectories([[Trajectory(["a"], [1.0], SUCCESS)]])
     with pytest.raises(ValueError, match="unknown estimator 'ppo'; valid names: grpo, gigpo"):
