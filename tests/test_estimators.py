@@ -377,7 +377,7 @@ def test_kernels_vmap_and_jit_inside_user_code():
     batches_ = [bj.check_batch(_no_repeat_batch(rng)) for _ in range(3)]
     stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *batches_)
     cfg = GatedBEPOConfig(gamma=0.9)
-    vm = jax.vmap(lambda b: bj.gated_bepo_kernel(b, cfg))(stacked)
+    vm = jax.jit(jax.vmap(lambda b: bj.gated_bepo_kernel(b, cfg)))(stacked)  # jitted: compiled once, not op by op
     for i, b in enumerate(batches_):
         np.testing.assert_allclose(np.asarray(vm.advantage[i]), np.asarray(bj.gated_bepo(b, cfg).advantage), atol=1e-6)
 
@@ -396,4 +396,4 @@ def test_outputs_are_stop_gradient():
         scaled = StepBatch(b.obs_key, b.reward * scale, b.mask, b.outcome, b.penalty)
         return bj.gated_bepo_kernel(scaled, GatedBEPOConfig()).advantage.sum()
 
-    assert float(jax.grad(f)(1.0)) == 0.0
+    assert float(jax.jit(jax.grad(f))(1.0)) == 0.0

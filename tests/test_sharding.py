@@ -46,7 +46,7 @@ def test_jit_with_named_sharding_equals_single_device(name):
     batch = bj.check_batch(_walks())
     est = bj.ESTIMATORS[name]
     cfg = est.config_type(gamma=1.0) if "gamma" in est.config_type.__dataclass_fields__ else est.config_type()
-    single = est.kernel(batch, cfg)
+    single = jax.jit(est.kernel)(batch, cfg)  # one device: the batch is not placed
     placed = shard_batch(batch, mesh)
     assert placed.mask.sharding.spec[0] == "data"
     multi = jax.jit(est.kernel)(placed, cfg)
@@ -62,8 +62,9 @@ def test_shard_map_iterations_are_per_group(solver):
     batch = bj.check_batch(_walks())
     cfg = GatedBEPOConfig(gamma=1.0, solver=solver)
     out = sharded(bj.gated_bepo_kernel, mesh)(batch, cfg)
-    ref = bj.gated_bepo_kernel(batch, cfg)
-    alone = [int(bj.gated_bepo_kernel(jax.tree_util.tree_map(lambda x: x[b:b + 1], batch), cfg).iterations[0])
+    kernel = jax.jit(bj.gated_bepo_kernel)  # on one device (compiled once, not op by op)
+    ref = kernel(batch, cfg)
+    alone = [int(kernel(jax.tree_util.tree_map(lambda x: x[b:b + 1], batch), cfg).iterations[0])
              for b in range(16)]
     it = np.asarray(out.iterations)
     assert list(it) == alone == list(np.asarray(ref.iterations))
@@ -79,7 +80,7 @@ def test_shard_map_every_estimator_runs():
     for name, est in bj.ESTIMATORS.items():
         cfg = est.config_type()
         got = sharded(est.kernel, mesh)(batch, cfg)
-        assert_close(got.advantage, est.kernel(batch, cfg).advantage, rtol=1e-6, what=name)
+        assert_close(got.advantage, jax.jit(est.kernel)(batch, cfg).advantage, rtol=1e-6, what=name)
 
 
 def test_indivisible_batch_is_an_error_with_the_fix():
@@ -100,7 +101,8 @@ def test_two_axis_mesh():
     mesh = make_mesh((4, 2), ("data", "model"))
     batch = bj.check_batch(_walks(B=8))
     out = jax.jit(bj.gated_bepo_kernel)(shard_batch(batch, mesh), GatedBEPOConfig())
-    assert_close(out.advantage, bj.gated_bepo_kernel(batch, GatedBEPOConfig()).advantage, rtol=1e-6, what="2d mesh")
+    want = jax.jit(bj.gated_bepo_kernel)(batch, GatedBEPOConfig()).advantage
+    assert_close(out.advantage, want, rtol=1e-6, what="2d mesh")
     with pytest.raises(ValueError, match="needs 6 devices, have 8"):
         make_mesh((3, 2), ("data", "model"))
 
