@@ -103,7 +103,7 @@ def test_gigpo_matches_reference(norm, weighting, std, data, gamma, omega):
 
 
 @pytest.mark.parametrize("norm", ["mean_std", "mean"])
-@settings(max_examples=12)  # every program (shape x penalty x history x base group) compiles anew: few examples
+@settings(max_examples=12)  # every program (shape x history length x base group) compiles anew: few examples
 @given(data=batches(), gamma=gammas, history_length=st.sampled_from([0, 1, 2, 3]),
        alpha=st.sampled_from([0.0, 1.0, 2.0]), base_group=st.booleans())
 def test_hgpo_matches_reference(norm, data, gamma, history_length, alpha, base_group):
