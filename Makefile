@@ -40,9 +40,11 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/bepo-jax demo
 
 # Tests marked slow run when CI is set (.ci/run exports CI=1): `CI=1 make test` runs everything.
+# The notebooks run top to bottom (nbmake) in the same session, first, so that the two workers share
+# them out with the tests; BEPO_NB_* shrink them (only the notebooks read these).
+NB_ENV := BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16
 test: $(VENV)/.installed
-	$(PY) -m pytest -n 2 --dist loadgroup -q $(if $(CI),,-m "not slow")
-	BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16 $(PY) -m pytest -n 2 -q --nbmake notebooks/*.ipynb
+	$(NB_ENV) $(PY) -m pytest -n 2 --dist loadgroup -q $(if $(CI),,-m "not slow") --nbmake notebooks/*.ipynb tests
 
 $(VENV312)/.installed: requirements-py312.lock pyproject.toml
 	test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
@@ -53,8 +55,8 @@ $(VENV312)/.installed: requirements-py312.lock pyproject.toml
 
 # The same kernels, training step, resume and notebooks on Python 3.12 with current JAX.
 test-py312: $(VENV312)/.installed
-	$(VENV312)/bin/python -m pytest -n 2 --dist loadgroup -q $(if $(CI),,-m "not slow") $(PY312_TESTS)
-	BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16 $(VENV312)/bin/python -m pytest -n 2 -q --nbmake notebooks/*.ipynb
+	$(NB_ENV) $(VENV312)/bin/python -m pytest -n 2 --dist loadgroup -q $(if $(CI),,-m "not slow") --nbmake \
+		notebooks/*.ipynb $(PY312_TESTS)
 
 # Re-lock after changing dependencies in pyproject.toml (lock: Python 3.11, lock-py312: 3.12).
 lock:

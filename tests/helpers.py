@@ -19,3 +19,27 @@ def assert_close(actual, expected, *, rtol=1e-4, what=""):
     scale = max(1.0, float(np.max(np.abs(expected))) if expected.size else 1.0)
     err = np.max(np.abs(actual - expected)) if expected.size else 0.0
     assert err <= rtol * scale, f"{what}: max abs error {err:.3g} > {rtol} * {scale:.3g}\n{actual}\n{expected}"
+
+
+def pairwise_params(names: str, combos: list[tuple]) -> list:
+    """The full product ``combos`` as pytest params, the rows outside a pairwise covering set marked slow.
+
+    A static option (norm, solver, gate...) compiles its own program, so a full product of them is
+    mostly compile time. ``make test`` runs a subset in which every pair of values of any two factors
+    occurs at least once (chosen greedily: the row covering the most uncovered pairs first); CI
+    (``CI=1``) runs the slow rows too, so the full product is still tested there."""
+    import pytest
+
+    width = len(combos[0])
+    assert all(len(c) == width for c in combos) and len(names.split(",")) == width, names
+
+    def pairs(row):
+        return {(i, row[i], j, row[j]) for i in range(width) for j in range(i + 1, width)}
+
+    uncovered = set().union(*(pairs(c) for c in combos))
+    chosen: set[int] = set()
+    while uncovered:
+        best = max(range(len(combos)), key=lambda r: (len(pairs(combos[r]) & uncovered), -r))
+        chosen.add(best)
+        uncovered -= pairs(combos[best])
+    return [pytest.param(*c, marks=() if r in chosen else pytest.mark.slow) for r, c in enumerate(combos)]

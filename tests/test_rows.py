@@ -5,7 +5,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import bepo_jax as bj
@@ -175,11 +175,41 @@ def test_from_rows_refuses_boolean_outcomes(won):
         bj.from_rows(["u", "u"], ["a", "b"], np.array([0, 0]), ["x", "x"], np.array([1.0, 0.0]), won)
 
 
+# A case hypothesis found: a level-1 group of task0 whose mean equals one member's return exactly
+# (0 in exact arithmetic, float residue otherwise): HGPO must drop that item (uid, traj, step, obs,
+# reward, outcome, penalty).
+RESIDUE_CASE = [dict(zip(("uid", "traj", "step", "obs", "reward", "outcome", "penalty"), r)) for r in [
+    ('task0', 'g0t1', 0, 'o3', 0.0, 2, 0.0),
+    ('task1', 'g1t0', 2, 'o0', 1.0, 0, -0.1),
+    ('task0', 'g0t0', 2, 'o3', 0.0, 0, -0.1),
+    ('task1', 'g1t0', 3, 'o2', 0.0, 0, -0.1),
+    ('task1', 'g1t1', 0, 'o1', 10.0, 1, 0.0),
+    ('task1', 'g1t0', 0, 'o3', 1.0, 0, 0.0),
+    ('task0', 'g0t0', 1, 'o2', 0.0, 0, -0.1),
+    ('task0', 'g0t1', 1, 'o3', 1.0, 2, 0.0),
+    ('task0', 'g0t0', 0, 'o2', 10.0, 0, 0.0),
+    ('task0', 'g0t0', 4, 'o0', 0.0, 0, 0.0),
+    ('task0', 'g0t0', 3, 'o3', 1.0, 0, 0.0),
+    ('task1', 'g1t1', 1, 'o2', 10.0, 1, 0.0),
+    ('task1', 'g1t0', 1, 'o0', 0.0, 0, -0.1),
+    ('task0', 'g0t1', 2, 'o0', 0.0, 2, 0.0),
+]]
+
+
+def residue(v, mu):
+    """HGPO's rule for an exact 0 (docs/estimators.md): |v - mu| within 16 float32 ulps of |v| + |mu|."""
+    return np.abs(v - mu) <= 16 * np.finfo(np.float32).eps * (np.abs(v) + np.abs(mu))
+
+
 @pytest.mark.parametrize("history_length,base_group", [(0, False), (2, False), (2, True)])
 @given(rows=row_sets(), gamma=st.sampled_from([0.5, 0.95]))
+@example(rows=RESIDUE_CASE, gamma=0.95)
 def test_row_hgpo_equals_the_recipe_loops(rows, history_length, base_group, gamma):
     """HGPO through from_rows / to_rows equals a loop over rows in the recipe's style:
-    groups keyed by (k, the trajectory's last k observations) inside each uid."""
+    groups keyed by (k, the trajectory's last k observations) inside each uid. The recipe drops
+    items that are exactly 0; a deviation that is 0 in exact arithmetic leaves float rounding
+    residue, so, as docs/estimators.md states the rule, a deviation within 16 float32 ulps of
+    |y| + |mu| counts as 0 (found by this test: a level mean that equalled one member's return)."""
     c = _columns(rows)
     batch, index = bj.from_rows(c["uid"], c["traj"], np.array(c["step"]), c["obs"], np.array(c["reward"], np.float32),
                                 np.array(c["outcome"]), np.array(c["penalty"], np.float32), shape=(3, 4, 5))
@@ -196,9 +226,12 @@ def test_row_hgpo_equals_the_recipe_loops(rows, history_length, base_group, gamm
         if len(members) < 2:
             continue
         vals = np.array([y[i] for i in members])
-        z = (vals - vals.mean()) / (vals.std() + 1e-6)
-        for i, a in zip(members, z):
+        dev = np.where(residue(vals, vals.mean()), 0.0, vals - vals.mean())
+        for i, a in zip(members, dev / (vals.std() + 1e-6)):
             items[i].append((k, a))
+    for u in set(c["uid"]):  # the base item's residue: the episode score against its group's mean
+        rows_u = [i for i in range(len(rows)) if c["uid"][i] == u]
+        base[rows_u] = np.where(residue(ep[rows_u], ep[rows_u].mean()), 0.0, base[rows_u])
     want = np.zeros(len(rows))
     for i in range(len(rows)):
         its = [(k, a) for k, a in ([(0, base[i])] if base_group else []) + items[i] if a != 0]
