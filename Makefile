@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine with python3.11 and make:
 #   make train  — the main job (creates .venv when missing)
-#   make test   — the test suite, slow tests only with CI=1 (creates .venv when missing)
+#   make test   — the tests and notebooks; slow and exhaustive tests only with CI=1 (creates .venv when missing)
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -39,12 +39,13 @@ train: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(VENV)/bin/bepo-jax demo
 
-# Tests marked slow run when CI is set (.ci/run exports CI=1): `CI=1 make test` runs everything.
+# Tests marked slow or exhaustive run when CI is set (.ci/run exports CI=1): `CI=1 make test` runs everything.
 # The notebooks run top to bottom (nbmake) in the same session, first, so that the two workers share
 # them out with the tests; BEPO_NB_* shrink them (only the notebooks read these).
 NB_ENV := BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16
 test: $(VENV)/.installed
-	$(NB_ENV) $(PY) -m pytest -n 2 --dist loadgroup -q $(if $(CI),,-m "not slow") --nbmake notebooks/*.ipynb tests
+	$(NB_ENV) $(PY) -m pytest -n 2 --dist loadgroup -q $(if $(CI),,-m "not slow and not exhaustive") \
+		--nbmake notebooks/*.ipynb tests
 
 $(VENV312)/.installed: requirements-py312.lock pyproject.toml
 	test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
@@ -53,9 +54,10 @@ $(VENV312)/.installed: requirements-py312.lock pyproject.toml
 	$(VENV312)/bin/python -m pip install --quiet --no-deps -e .
 	touch $@
 
-# The same kernels, training step, resume and notebooks on Python 3.12 with current JAX.
+# The same kernels, training step, resume and notebooks on Python 3.12 with current JAX (the full
+# products of static options, marked exhaustive, run on 3.11 only: their pairs run here).
 test-py312: $(VENV312)/.installed
-	$(NB_ENV) $(VENV312)/bin/python -m pytest -n 2 --dist loadgroup -q $(if $(CI),,-m "not slow") --nbmake \
+	$(NB_ENV) $(VENV312)/bin/python -m pytest -n 2 --dist loadgroup -q -m "$(if $(CI),,not slow and )not exhaustive" --nbmake \
 		notebooks/*.ipynb $(PY312_TESTS)
 
 # Re-lock after changing dependencies in pyproject.toml (lock: Python 3.11, lock-py312: 3.12).

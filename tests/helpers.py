@@ -22,12 +22,13 @@ def assert_close(actual, expected, *, rtol=1e-4, what=""):
 
 
 def pairwise_params(names: str, combos: list[tuple]) -> list:
-    """The full product ``combos`` as pytest params, the rows outside a pairwise covering set marked slow.
+    """The full product ``combos`` as pytest params, the rows outside a pairwise covering set marked exhaustive.
 
     A static option (norm, solver, gate...) compiles its own program, so a full product of them is
     mostly compile time. ``make test`` runs a subset in which every pair of values of any two factors
     occurs at least once (chosen greedily: the row covering the most uncovered pairs first); CI
-    (``CI=1``) runs the slow rows too, so the full product is still tested there."""
+    (``CI=1 make test``) runs the exhaustive rows too, so the full product is still tested there
+    (``make test-py312`` skips them: the pairs cover current JAX)."""
     import pytest
 
     width = len(combos[0])
@@ -42,4 +43,4 @@ def pairwise_params(names: str, combos: list[tuple]) -> list:
         best = max(range(len(combos)), key=lambda r: (len(pairs(combos[r]) & uncovered), -r))
         chosen.add(best)
         uncovered -= pairs(combos[best])
-    return [pytest.param(*c, marks=() if r in chosen else pytest.mark.slow) for r, c in enumerate(combos)]
+    return [pytest.param(*c, marks=() if r in chosen else pytest.mark.exhaustive) for r, c in enumerate(combos)]
