@@ -50,6 +50,10 @@ def _tracked_copy(dst: Path) -> Path:
     return dst
 
 
+# One worker runs this module (--dist loadgroup), so its module fixture is built once, not once per worker.
+pytestmark = pytest.mark.xdist_group("packaging")
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     import setuptools

@@ -9,6 +9,10 @@ from bepo_jax.train import load_run
 from experiments import claims, rescore
 
 
+# One worker runs this module (--dist loadgroup), so its module fixture is built once, not once per worker.
+pytestmark = pytest.mark.xdist_group("rescore")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """e1's grpo and gated_bepo at smoke size (2 seeds, 2 iterations, 4 held-out levels)."""

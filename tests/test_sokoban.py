@@ -61,6 +61,24 @@ def _level(rows):
     return sk.Level(walls, targets, boxes, np.array([pr, pc], np.int32))
 
 
+# sha256 (first 32 hex digits) of generate_levels(300, ...)'s arrays (walls, targets, boxes, player), as
+# the generator wrote them before its loops were rewritten in plain Python (2026-12-02): every
+# experiment's levels (training pools, held-out and fresh levels) depend on these bytes.
+PINNED_LEVELS = {(6, (1, 2), 0): "3659e79e78685971bc679e1c1d55d7fd",
+                 (8, (2, 3), 123456): "d2cc218c517f258a81004f5b8bd8ec9d"}
+
+
+@pytest.mark.parametrize("size,boxes,seed", list(PINNED_LEVELS))
+def test_generated_levels_are_the_pinned_bytes(size, boxes, seed):
+    import hashlib
+
+    levels = sk.generate_levels(300, config=sk.SokobanConfig(size=size, num_boxes=boxes), seed=seed)
+    h = hashlib.sha256()
+    for a in levels:
+        h.update(np.ascontiguousarray(a).tobytes())
+    assert h.hexdigest()[:32] == PINNED_LEVELS[size, boxes, seed]
+
+
 def test_step_walks_pushes_blocks_and_succeeds():
     lv = _level(["######",
                  "#P_X_#",

@@ -104,6 +104,10 @@ def by_group(items):
     return list(groups.values())
 
 
+# One worker runs this module (--dist loadgroup), so its module fixture is built once, not once per worker.
+pytestmark = pytest.mark.xdist_group("tunix")
+
+
 @pytest.fixture(scope="module")
 def trained():
     ta.RoomsEnv.LOG.clear()

@@ -131,33 +131,40 @@ def step(state: SokobanState, action, config: SokobanConfig = SokobanConfig()):
 # ------------------------------------------------------------------------------ levels
 
 
+_STEPS = [tuple(int(v) for v in m) for m in _MOVES]  # the moves as Python ints (the generators' inner loops)
+
+
 def _carve_room(rng: np.random.Generator, size: int) -> np.ndarray:
-    """A random connected floor region inside the outer wall (a random walk carves it)."""
+    """A random connected floor region inside the outer wall (a random walk carves it).
+
+    Plain Python integers in the loop (NumPy's clip and sum per step were most of the
+    generator's time); the random draws are the same calls in the same order as before, so
+    every seed gives the levels it always gave (tests/test_sokoban.py pins them)."""
     walls = np.ones((size, size), bool)
-    r, c = rng.integers(1, size - 1, 2)
+    r, c = (int(v) for v in rng.integers(1, size - 1, 2))
     walls[r, c] = False
-    target_floor = int(0.6 * (size - 2) ** 2) + 1
-    while (~walls).sum() < target_floor:
-        dr, dc = _MOVES[rng.integers(4)]
-        r, c = int(np.clip(r + dr, 1, size - 2)), int(np.clip(c + dc, 1, size - 2))
-        walls[r, c] = False
+    floor, target_floor, hi = 1, int(0.6 * (size - 2) ** 2) + 1, size - 2
+    while floor < target_floor:
+        dr, dc = _STEPS[rng.integers(4)]
+        r, c = min(max(r + dr, 1), hi), min(max(c + dc, 1), hi)
+        if walls[r, c]:
+            walls[r, c] = False
+            floor += 1
     return walls
 
 
 def _reverse_play(rng, walls, targets, player, boxes, steps):
     """Play backwards: the player moves, pulling a box that sits behind it."""
-    H, W = walls.shape
+    r, c = int(player[0]), int(player[1])
     for _ in range(steps):
-        d = _MOVES[rng.integers(4)]
-        nxt = player + d
-        if walls[tuple(nxt)] or boxes[tuple(nxt)]:
+        dr, dc = _STEPS[rng.integers(4)]
+        if walls[r + dr, c + dc] or boxes[r + dr, c + dc]:
             continue
-        behind = player - d
-        if boxes[tuple(behind)] and rng.random() < 0.8:
-            boxes[tuple(behind)] = False
-            boxes[tuple(player)] = True
-        player = nxt
-    return player, boxes
+        if boxes[r - dr, c - dc] and rng.random() < 0.8:
+            boxes[r - dr, c - dc] = False
+            boxes[r, c] = True
+        r, c = r + dr, c + dc
+    return np.array([r, c]), boxes
 
 
 def generate_levels(n: int, *, config: SokobanConfig = SokobanConfig(), seed: int = 0) -> Level:
