@@ -57,8 +57,8 @@ $(VENV312)/.installed: requirements-py312.lock pyproject.toml
 # The same kernels, training step, resume and notebooks on Python 3.12 with current JAX (the full
 # products of static options, marked exhaustive, run on 3.11 only: their pairs run here).
 test-py312: $(VENV312)/.installed
-	$(NB_ENV) $(VENV312)/bin/python -m pytest -n 2 --dist loadgroup -q -m "$(if $(CI),,not slow and )not exhaustive" --nbmake \
-		notebooks/*.ipynb $(PY312_TESTS)
+	$(NB_ENV) $(VENV312)/bin/python -m pytest -n 2 --dist loadgroup -q \
+		-m "$(if $(CI),,not slow and )not exhaustive" --nbmake notebooks/*.ipynb $(PY312_TESTS)
 
 # Re-lock after changing dependencies in pyproject.toml (lock: Python 3.11, lock-py312: 3.12).
 lock:
