@@ -12,7 +12,7 @@ VENV312 := .venv312
 PY312_TESTS := tests/test_estimators.py tests/test_graph.py tests/test_fixed_point.py tests/test_returns_stats.py \
 	tests/test_contract.py tests/test_rl.py tests/test_rollout.py tests/test_cli_train.py tests/test_multiseed.py \
 	tests/test_byo_env.py tests/test_sharding.py tests/test_turns.py tests/test_tunix.py tests/test_multihost.py \
-	tests/test_docs.py tests/test_packaging.py
+	tests/test_docs.py tests/test_packaging.py tests/test_xdist_groups.py
 
 .PHONY: install install-py312 train demo test test-py312 lock lock-py312 clean
 
