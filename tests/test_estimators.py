@@ -83,7 +83,7 @@ def test_grpo_singleton_and_empty_groups():
 # ------------------------------------------------------------- against the references
 
 
-@pytest.mark.parametrize("norm,weighting,std", pairwise_params("norm,weighting,std", COMBOS))
+@pytest.mark.parametrize("norm,weighting,std", pairwise_params(COMBOS))
 @given(data=batches(), eps=st.sampled_from([1e-6, 1e-3]))
 def test_grpo_matches_reference(norm, weighting, std, data, eps):
     batch, np_batch = data
@@ -92,7 +92,7 @@ def test_grpo_matches_reference(norm, weighting, std, data, eps):
     assert_close(got, ref_grpo(np_batch, norm=norm, weighting=weighting, std=std, eps=eps), what="grpo")
 
 
-@pytest.mark.parametrize("norm,weighting,std", pairwise_params("norm,weighting,std", COMBOS))
+@pytest.mark.parametrize("norm,weighting,std", pairwise_params(COMBOS))
 @given(data=batches(), gamma=gammas, omega=st.sampled_from([0.0, 0.5, 1.0, 2.0]))
 def test_gigpo_matches_reference(norm, weighting, std, data, gamma, omega):
     batch, np_batch = data
@@ -147,8 +147,7 @@ BEPO_COMBOS = [(n, wt, s, solver, gate_on) for (n, wt, s) in COMBOS for solver i
                for gate_on in ("successor", "reward_successor")]
 
 
-@pytest.mark.parametrize("norm,weighting,std,solver,gate_on", pairwise_params("norm,weighting,std,solver,gate_on",
-                                                                                 BEPO_COMBOS))
+@pytest.mark.parametrize("norm,weighting,std,solver,gate_on", pairwise_params(BEPO_COMBOS))
 @settings(max_examples=10)
 @given(data=batches(shape=(2, 4, 6)), gamma=gammas, lam=unit, w=st.sampled_from([0.0, 1.0, 2.0]),
        eta=st.sampled_from([0.0, 0.5, 1.0]), min_successors=st.sampled_from([1, 2, 3]))

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import bepo_jax as bj
 from bepo_jax import FAILURE, SUCCESS, GiGPOConfig, GRPOConfig
+from bepo_jax.reference import HGPO_RESIDUE
 
 
 def verl_gigpo_rows(uid, traj_uid, obs, episode_reward, step_return, *, mean_std, eps=1e-6, omega=1.0):
@@ -197,8 +198,9 @@ RESIDUE_CASE = [dict(zip(("uid", "traj", "step", "obs", "reward", "outcome", "pe
 
 
 def residue(v, mu):
-    """HGPO's rule for an exact 0 (docs/estimators.md): |v - mu| within 16 float32 ulps of |v| + |mu|."""
-    return np.abs(v - mu) <= 16 * np.finfo(np.float32).eps * (np.abs(v) + np.abs(mu))
+    """HGPO's rule for an exact 0 (docs/estimators.md): |v - mu| within 16 float32 ulps of |v| + |mu|
+    (the reference's constant, ``bepo_jax.reference.HGPO_RESIDUE``)."""
+    return np.abs(v - mu) <= HGPO_RESIDUE * (np.abs(v) + np.abs(mu))
 
 
 @pytest.mark.parametrize("history_length,base_group", [(0, False), (2, False), (2, True)])
