@@ -272,8 +272,11 @@ EXPERIMENTS["warm_start"] = Experiment(
                Contrast.minus("bepo_additive", "ladder_fp_added"), Contrast.minus("gated_bepo", "bepo_additive"),
                Contrast.minus("ladder_fp_added", "grpo"), Contrast.minus("gigpo", "grpo"),
                Contrast.minus("gated_bepo", "gated_bepo_cold")))
+# "smoke": a check of the machinery end to end (the tests' and ``confirmatory.py --smoke``'s), never a result:
+# a 1-layer width-32 policy on 4 groups from 256 levels, scored on 16 held-out levels.
 SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
-          "pod": dict(groups=128, layers=4, width=256, eval_tasks=128)}
+          "pod": dict(groups=128, layers=4, width=256, eval_tasks=128),
+          "smoke": dict(groups=4, layers=1, width=32, task_pool=256, eval_tasks=16)}
 
 
 # -- statistics ------------------------------------------------------------------------

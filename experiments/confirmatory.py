@@ -332,8 +332,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--out", default=str(ROOT / "runs" / "claims"))
     p.add_argument("--results", default=str(ROOT / "experiments" / "results"),
                    help="the chunks' files go to <results>/confirmatory/, the report to <results>/")
-    p.add_argument("--smoke", action="store_true", help="the first chunk only, 2 iterations, 2 seeds, 4 groups, "
-                                                        "16 held-out levels, into --out and --results you give "
+    p.add_argument("--smoke", action="store_true", help="the first chunk only, 2 iterations, 2 seeds, claims.py's "
+                                                        "smoke scale, into --out and --results you give "
                                                         "(a check of the machinery, not the test)")
     args = p.parse_args(argv)
     exp = experiment()
@@ -343,7 +343,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if bad:
         raise SystemExit(f"--arms: {bad} are not arms of the protocol ({', '.join(labels)}).")
     out, results = Path(args.out), Path(args.results)
-    smoke = ["--seeds", "2", "--iterations", "2", "--groups", "4", "--eval-tasks", "16"] if args.smoke else []
+    smoke = ["--seeds", "2", "--iterations", "2", "--scale", "smoke"] if args.smoke else []
     if args.smoke and (out == ROOT / "runs" / "claims" or results == ROOT / "experiments" / "results"):
         raise SystemExit("--smoke writes elsewhere: give --out and --results of a scratch directory.")
     chunks = 1 if args.smoke else CHUNKS

@@ -23,7 +23,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = ("step_time", "env_steps_per_s")
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("multihost")]  # one worker: one uninterrupted run
+pytestmark = [pytest.mark.slow, pytest.mark.current_jax,  # CI runs them on 3.12 (current JAX, the pods')
+              pytest.mark.xdist_group("multihost")]  # one worker: one uninterrupted run
 
 
 def recipe() -> tuple[dict, list[str]]:

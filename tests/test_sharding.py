@@ -56,6 +56,7 @@ def test_jit_with_named_sharding_equals_single_device(name):
 
 
 @pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
+@pytest.mark.current_jax  # CI runs it on 3.12 (current JAX), not again on 3.11
 @pytest.mark.parametrize("solver", ["dense", "sparse"])
 def test_shard_map_iterations_are_per_group(solver):
     mesh = make_mesh()
@@ -74,6 +75,7 @@ def test_shard_map_iterations_are_per_group(solver):
 
 
 @pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
+@pytest.mark.current_jax  # CI runs it on 3.12 (current JAX), not again on 3.11
 def test_shard_map_every_estimator_runs():
     mesh = make_mesh()
     batch = bj.check_batch(_walks(B=8))
@@ -97,6 +99,7 @@ def test_indivisible_batch_is_an_error_with_the_fix():
 
 
 @pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
+@pytest.mark.current_jax  # CI runs it on 3.12 (current JAX), not again on 3.11
 def test_two_axis_mesh():
     mesh = make_mesh((4, 2), ("data", "model"))
     batch = bj.check_batch(_walks(B=8))
