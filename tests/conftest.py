@@ -1,5 +1,9 @@
 import os
 
+import pytest
+
+from .helpers import E1_SMOKE
+
 # XLA_FLAGS, JAX_PLATFORMS and the persistent compilation cache: the repository's conftest.py.
 
 from hypothesis import HealthCheck, settings
@@ -39,3 +43,15 @@ def pytest_runtest_teardown(item, nextitem):
         import jax
 
         jax.clear_caches()
+
+
+@pytest.fixture(scope="session")
+def e1_smoke(tmp_path_factory):
+    """``E1_SMOKE`` trained by ``claims.main`` into ``<dir>/runs`` (results in ``<dir>/res``), once per
+    test worker: tests that use it carry ``xdist_group("e1_smoke")`` so that one worker trains it. Read it
+    only; copy what a test changes."""
+    from experiments import claims
+
+    tmp = tmp_path_factory.mktemp("e1_smoke")
+    claims.main([*E1_SMOKE, "--out", str(tmp / "runs"), "--results", str(tmp / "res"), "--quiet"])
+    return tmp

@@ -12,11 +12,15 @@ import pytest
 from bepo_jax.cli import _run_config, build_parser
 from experiments import claims, readme_tables
 
+from .helpers import E1_SMOKE
+
 
 @pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
-def test_claims_smoke_writes_results_and_resumes(tmp_path):
-    args = ["--experiment", "e1", "--arms", "grpo,gated_bepo", "--seeds", "2", "--iterations", "2", "--groups", "2",
-            "--eval-tasks", "4", "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "res"), "--quiet"]
+@pytest.mark.xdist_group("e1_smoke")  # the worker that trains conftest's e1_smoke runs
+def test_claims_smoke_writes_results_and_resumes(tmp_path, e1_smoke):
+    # these arguments' runs, trained by claims.main with them (conftest's e1_smoke); a copy, as this test changes them
+    shutil.copytree(e1_smoke / "runs", tmp_path / "runs")
+    args = [*E1_SMOKE, "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "res"), "--quiet"]
     summary = claims.main(args)
     info = json.loads((tmp_path / "res" / "e1.json").read_text())
     assert set(info["per_seed"]) == {"grpo", "gated_bepo"}

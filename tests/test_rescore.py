@@ -6,21 +6,18 @@ import numpy as np
 import pytest
 
 from bepo_jax.train import load_run
-from experiments import claims, rescore
+from experiments import rescore
 
 
-# One worker runs this module (--dist loadgroup), so its module fixture is built once, not once per worker.
-pytestmark = pytest.mark.xdist_group("rescore")
+# One worker runs this module and the claims smoke test (--dist loadgroup): conftest's e1_smoke runs are
+# trained once, not once per worker.
+pytestmark = pytest.mark.xdist_group("e1_smoke")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """e1's grpo and gated_bepo at smoke size (2 seeds, 2 iterations, 4 held-out levels)."""
-    tmp = tmp_path_factory.mktemp("rescore")
-    claims.main(["--experiment", "e1", "--arms", "grpo,gated_bepo", "--seeds", "2", "--iterations", "2",
-                 "--groups", "2", "--eval-tasks", "4", "--out", str(tmp / "runs"), "--results", str(tmp / "res"),
-                 "--quiet"])
-    return tmp
+def runs(e1_smoke):
+    """e1's grpo and gated_bepo at smoke size (2 seeds, 2 iterations, 4 held-out levels): conftest's E1_SMOKE."""
+    return e1_smoke
 
 
 @pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
