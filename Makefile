@@ -20,8 +20,8 @@ PY312_TESTS := tests/test_estimators.py tests/test_graph.py tests/test_fixed_poi
 install: $(VENV)/.installed
 install-py312: $(VENV312)/.installed
 
-# The locks install with uv (pinned here; a fresh .venv in 14 s against pip's 50 on this project's 2-core
-# machine, docs/benchmarks.md); INSTALLER=pip installs with pip instead (pip reads pip.conf, uv reads UV_* and
+# The locks install with uv (pinned here; `make install` from nothing 23 s against pip's 55 on this
+# project's 2-core machine, docs/benchmarks.md); INSTALLER=pip installs with pip instead (pip reads pip.conf, uv reads UV_* and
 # uv.toml: behind a private index use INSTALLER=pip or set UV_INDEX_URL).
 INSTALLER ?= uv
 UV := uv==0.13.8

@@ -1,12 +1,11 @@
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from .helpers import E1_SMOKE
 
 # XLA_FLAGS, JAX_PLATFORMS and the persistent compilation cache: the repository's conftest.py.
-
-from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "default",

@@ -18,7 +18,7 @@ from .helpers import E1_SMOKE
 @pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 @pytest.mark.xdist_group("e1_smoke")  # the worker that trains conftest's e1_smoke runs
 def test_claims_smoke_writes_results_and_resumes(tmp_path, e1_smoke):
-    # these arguments' runs, trained by claims.main with them (conftest's e1_smoke); a copy, as this test changes them
+    # the runs claims.main trains with these arguments (conftest's e1_smoke), copied: this test deletes one arm's
     shutil.copytree(e1_smoke / "runs", tmp_path / "runs")
     args = [*E1_SMOKE, "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "res"), "--quiet"]
     summary = claims.main(args)
