@@ -21,18 +21,25 @@ install: $(VENV)/.installed
 install-py312: $(VENV312)/.installed
 
 # The locks install with uv (pinned here; `make install` from nothing 23 s against pip's 55 on this
-# project's 2-core machine, docs/benchmarks.md); INSTALLER=pip installs with pip instead (pip reads pip.conf, uv reads UV_* and
-# uv.toml: behind a private index use INSTALLER=pip or set UV_INDEX_URL).
+# project's 2-core machine, docs/benchmarks.md); INSTALLER=pip installs with pip instead (pip reads
+# pip.conf, uv reads UV_* and uv.toml: behind a private index use INSTALLER=pip or set UV_INDEX_URL).
 INSTALLER ?= uv
-UV := uv==0.13.8
-LOCK_INSTALL = $(if $(filter pip,$(INSTALLER)),$(1) -m pip install --quiet,$(1) -m uv pip install --quiet --python $(1))
+WITH_PIP := $(filter pip,$(INSTALLER))
+UV := $(if $(WITH_PIP),,uv==0.13.8)
+LOCK_INSTALL = $(if $(WITH_PIP),$(1) -m pip install --quiet,$(1) -m uv pip install --quiet --python $(1))
+
+# A virtual environment from a lock, bepo_jax editable in it. $(1): its directory, $(2): the interpreter
+# that creates it, $(3): the lock file.
+define install_venv
+test -x $(1)/bin/python || $(2) -m venv $(1)
+$(1)/bin/python -m pip install --quiet --upgrade pip $(UV)
+$(call LOCK_INSTALL,$(1)/bin/python) -r $(3)
+$(call LOCK_INSTALL,$(1)/bin/python) --no-deps -e .
+touch $(1)/.installed
+endef
 
 $(VENV)/.installed: requirements.lock pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip $(if $(filter pip,$(INSTALLER)),,$(UV))
-	$(call LOCK_INSTALL,$(PY)) -r requirements.lock
-	$(call LOCK_INSTALL,$(PY)) --no-deps -e .
-	touch $@
+	$(call install_venv,$(VENV),$(PYTHON),requirements.lock)
 
 # The main job's recipe: bepo_jax.train.recipes (RECIPES["main_job"]), the one place it is written;
 # the main_recipe experiment of experiments/claims.py tested it with 8 seeds.
@@ -53,19 +60,16 @@ demo: $(VENV)/.installed
 # The notebooks run top to bottom (nbmake) in the tests' session, first, so that the two workers share
 # them out with the tests; BEPO_NB_* shrink them (only the notebooks read these).
 NB_ENV := BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16
-TEST_MARKS ?= $(if $(CI),not (slow and current_jax),not slow and not exhaustive)
+FAST_MARKS := not slow and not exhaustive
+TEST_MARKS ?= $(if $(CI),not (slow and current_jax),$(FAST_MARKS))
 NOTEBOOKS ?= $(if $(CI),,notebooks/*.ipynb)
-TEST312_MARKS ?= $(if $(CI),not exhaustive and (not slow or current_jax),not slow and not exhaustive)
+TEST312_MARKS ?= $(if $(CI),not exhaustive and (not slow or current_jax),$(FAST_MARKS))
 test: $(VENV)/.installed
 	$(NB_ENV) $(PY) -m pytest -n 2 --dist loadgroup -q $(if $(TEST_MARKS),-m "$(TEST_MARKS)") \
 		--nbmake $(NOTEBOOKS) tests
 
 $(VENV312)/.installed: requirements-py312.lock pyproject.toml
-	test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
-	$(VENV312)/bin/python -m pip install --quiet --upgrade pip $(if $(filter pip,$(INSTALLER)),,$(UV))
-	$(call LOCK_INSTALL,$(VENV312)/bin/python) -r requirements-py312.lock
-	$(call LOCK_INSTALL,$(VENV312)/bin/python) --no-deps -e .
-	touch $@
+	$(call install_venv,$(VENV312),$(PYTHON312),requirements-py312.lock)
 
 # The same kernels, training step, resume and notebooks on Python 3.12 with current JAX (the full
 # products of static options, marked exhaustive, run on 3.11 only: their pairs run here; of the slow

@@ -47,8 +47,8 @@ def pytest_runtest_teardown(item, nextitem):
 @pytest.fixture(scope="session")
 def e1_smoke(tmp_path_factory):
     """``E1_SMOKE`` trained by ``claims.main`` into ``<dir>/runs`` (results in ``<dir>/res``), once per
-    test worker: tests that use it carry ``xdist_group("e1_smoke")`` so that one worker trains it. Read it
-    only; copy what a test changes."""
+    test worker: tests that use it carry ``xdist_group("e1_smoke")`` so that one worker trains it. Its runs
+    are shared: copy them where a test changes them."""
     from experiments import claims
 
     tmp = tmp_path_factory.mktemp("e1_smoke")

@@ -14,18 +14,12 @@ from experiments import rescore
 pytestmark = pytest.mark.xdist_group("e1_smoke")
 
 
-@pytest.fixture(scope="module")
-def runs(e1_smoke):
-    """e1's grpo and gated_bepo at smoke size (2 seeds, 2 iterations, 4 held-out levels): conftest's E1_SMOKE."""
-    return e1_smoke
-
-
 @pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
-def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(runs, monkeypatch):
+def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(e1_smoke, monkeypatch):
     args = ["--experiment", "e1", "--arms", "grpo,gated_bepo", "--seeds", "2", "--iterations", "2", "--tasks", "7",
-            "--groups", "2", "--eval-tasks", "4", "--out", str(runs / "runs"), "--results", str(runs / "res")]
+            "--groups", "2", "--eval-tasks", "4", "--out", str(e1_smoke / "runs"), "--results", str(e1_smoke / "res")]
     info = rescore.main(args)
-    recorded = json.loads((runs / "res" / "e1.json").read_text())["per_seed"]
+    recorded = json.loads((e1_smoke / "res" / "e1.json").read_text())["per_seed"]
     assert sorted(info["runs"]) == [f"e1/{a}/seed{s}" for a in ("gated_bepo", "grpo") for s in (0, 1)]
     for arm in ("grpo", "gated_bepo"):
         for s in (0, 1):
@@ -35,7 +29,7 @@ def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(run
             assert r["again"] == pytest.approx(np.mean(r["per_task"][:4]))
             assert r["fresh"] == pytest.approx(np.mean(r["per_task"][4:]))
     # the evaluation is the run's final policy on its seed's first 7 held-out levels, with the rescoring key
-    setup, state, it = load_run(runs / "runs" / "e1" / "grpo" / "seed1")
+    setup, state, it = load_run(e1_smoke / "runs" / "e1" / "grpo" / "seed1")
     ev = setup.evaluate(state.params, n_tasks=7, seed=rescore.RESCORE_KEY + 1)
     assert it == 2 and ev["per_task"] == info["runs"]["e1/grpo/seed1"]["per_task"]
     # e1 has no contrasts of its own: each arm minus the reference, paired per seed
@@ -52,7 +46,7 @@ def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(run
     v = np.mean([np.var(per_task("grpo", s) - per_task("gated_bepo", s), ddof=1) for s in (0, 1)])
     assert (g["sd_tasks_recorded"], g["sd_tasks_fresh"]) == pytest.approx((np.sqrt(v / 4), np.sqrt(v / 3)))
     assert g["sd_fresh"] == pytest.approx(np.std(d, ddof=1))
-    md = (runs / "res" / "e1_rescore.md").read_text()
+    md = (e1_smoke / "res" / "e1_rescore.md").read_text()
     assert "| grpo - gated_bepo | 0-1 (e1) |" in md and "SD from the held-out tasks alone" in md
     # resumable: finished evaluations are read back, not repeated
     monkeypatch.setattr(rescore, "rescore_run", lambda *a, **k: pytest.fail("evaluated again"))
@@ -60,13 +54,13 @@ def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(run
     # and never overwritten by another rescoring under the same name
     with pytest.raises(SystemExit, match="holds another rescoring"):
         rescore.main([*args[:args.index("--tasks") + 1], "6", *args[args.index("--tasks") + 2:]])
-    assert json.loads((runs / "res" / "e1_rescore.json").read_text())["runs"] == info["runs"]
+    assert json.loads((e1_smoke / "res" / "e1_rescore.json").read_text())["runs"] == info["runs"]
 
 
 @pytest.mark.slow  # needs the trained runs (the fixture): CI=1 runs it
-def test_rescore_refuses_a_run_it_did_not_ask_for(runs):
+def test_rescore_refuses_a_run_it_did_not_ask_for(e1_smoke):
     base = ["--experiment", "e1", "--arms", "grpo,gated_bepo", "--seeds", "2", "--iterations", "2",
-            "--out", str(runs / "runs"), "--results", str(runs / "other"), "--groups", "2", "--eval-tasks", "4"]
+            "--out", str(e1_smoke / "runs"), "--results", str(e1_smoke / "other"), "--groups", "2", "--eval-tasks", "4"]
     with pytest.raises(SystemExit, match="must exceed the 4 held-out tasks"):
         rescore.main([*base, "--tasks", "4"])
     with pytest.raises(SystemExit, match="not a finished run of 3 iterations"):
