@@ -20,8 +20,11 @@ are taken over (``unit="edge"``: each distinct edge once; ``"record"``: every re
 edges weighted by their visits, with the record's own reward), and the episode term beside
 it (GiGPO's A^E + omega A^S form). One edge, or TD errors all equal, gives A^G = 0 (the
 constant-group rule of ``stats.segment_moments``). A group whose states never repeat gets
-A^G = 0 exactly: V(s_t) is then its one visit's G_t, and r_t + gamma G_{t+1} - G_t is computed
-as 0 (``returns.discounted_returns`` forms G_t as exactly that sum), so no float residue is
+A^G = 0 exactly: V(s_t) is then its one visit's G_t, and the TD error is computed in the
+equivalent form (G_t = r_t + gamma G_{t+1})
+    delta_i = (rbar_e - r_i) + gamma (V(s') - G_{t+1}) - (V(s) - G_t),
+whose three differences are then exactly 0 whatever the compiler fuses (a multiply-add fused in
+the returns' scan but not in r + gamma V(s') - V(s) would leave residue), so no float residue is
 ever divided by its own spread (tests/test_g2po.py).
 """
 
@@ -77,22 +80,25 @@ class G2POConfig:
 
 
 def edge_td(state: Int[Array, "N"], succ: Int[Array, "N"], r: Float[Array, "N"], valid: Bool[Array, "N"],
-            value: Float[Array, "N"], gamma, unit: str):
+            value: Float[Array, "N"], ret: Float[Array, "N"], ret_next: Float[Array, "N"], gamma, unit: str):
     """Per record: the TD error of its edge, r + gamma V(s') - V(s) (``unit="edge"``: r is the
     edge's mean reward; ``"record"``: the record's own), and the record that stands for it in the
     statistics (``rep``: the edge's first record under ``"edge"``, the record itself under
-    ``"record"``). Returns (td, rep, num_edges)."""
+    ``"record"``). ``ret`` and ``ret_next`` are the record's G_t and G_{t+1} (0 after its last
+    step): the error is formed as (r - r_i) + gamma (V(s') - G_{t+1}) - (V(s) - G_t), equal to
+    r + gamma V(s') - V(s) because G_t = r_i + gamma G_{t+1}, and exactly 0 for a record whose
+    states were visited once. Returns (td, rep, num_edges)."""
     n = valid.shape[0]
     idx = jnp.arange(n)
     edge, num_edges = dense_ids((state, succ), valid, pad_id=n)
     safe = jnp.clip(edge, 0, n - 1)
     if unit == "edge":
-        r = segment_moments(r, valid, edge, n, ddof=0).mean[safe]
+        r_edge = segment_moments(r, valid, edge, n, ddof=0).mean[safe]
         rep = jax.ops.segment_min(jnp.where(valid, idx, n), edge, n)[safe]
     else:
-        rep = idx
-    td = jnp.where(valid, r + gamma * gather_node(value, succ) - gather_node(value, state), 0.0)
-    return td, jnp.where(valid, rep, 0), num_edges
+        r_edge, rep = r, idx
+    td = (r_edge - r) + gamma * (gather_node(value, succ) - ret_next) - (gather_node(value, state) - ret)
+    return jnp.where(valid, td, 0.0), jnp.where(valid, rep, 0), num_edges
 
 
 def _group(obs_key, reward, mask, outcome, penalty, config: G2POConfig):
@@ -102,8 +108,10 @@ def _group(obs_key, reward, mask, outcome, penalty, config: G2POConfig):
     graph = build_graph(history_keys(obs_key, config.history), mask, outcome)
     valid, src, dst = mask.reshape(n), graph.state.reshape(n), graph.succ.reshape(n)
     g = discounted_returns(r, mask, config.gamma)
+    g_next = jnp.concatenate([g[:, 1:], jnp.zeros_like(g[:, :1])], axis=1)  # G_{t+1}; 0 after the last step
     v = segment_moments(g.reshape(n), valid, src, n, ddof=0).mean  # V(s): mean return of the records at s
-    td, rep, num_edges = edge_td(src, dst, r.reshape(n), valid, v, config.gamma, config.unit)
+    td, rep, num_edges = edge_td(src, dst, r.reshape(n), valid, v, g.reshape(n), g_next.reshape(n), config.gamma,
+                                 config.unit)
     # Statistics over the representatives; every record takes its representative's deviation, so
     # the records of one edge get the same bits and equal TD errors give exactly 0.
     m = masked_moments(td, valid & (rep == jnp.arange(n)), ddof=STD_DDOF[config.std])
