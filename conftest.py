@@ -25,9 +25,9 @@ def _jaxlib_minor() -> tuple[int, ...]:
 
 
 # JAX 0.10's XLA:CPU also has the older elemental emitters for fusions: compiling with them takes
-# about half the time (an HGPO kernel 3.5 -> 1.8 s, a Gated-BEPO kernel 2.5 -> 0.9 s, this
-# session's machine). XLA aborts the process on a flag it does not know, and the 3.12 lock's
-# JAX (0.12) no longer has this one: 0.10 only.
+# about half the time (an HGPO kernel 3.5 -> 1.8 s, a Gated-BEPO kernel 2.5 -> 0.9 s; make test's
+# tests 1,140 -> 698 s on one worker, docs/benchmarks.md). XLA aborts the process on a flag it
+# does not know, and the 3.12 lock's JAX (0.12) no longer has this one: 0.10 only.
 if FAST_CODEGEN and _jaxlib_minor() == (0, 10):
     FAST_CODEGEN += " --xla_cpu_use_fusion_emitters=false"
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8" + FAST_CODEGEN)
