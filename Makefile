@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine with python3.11 and make:
 #   make train  — the main job (creates .venv when missing)
-#   make test   — the tests and notebooks; slow and exhaustive tests only with CI=1 (creates .venv when missing)
+#   make test   — the tests; slow and exhaustive tests and the notebooks only with CI=1 (creates .venv when missing)
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,7 +14,7 @@ PY312_TESTS := tests/test_estimators.py tests/test_graph.py tests/test_fixed_poi
 	tests/test_byo_env.py tests/test_sharding.py tests/test_turns.py tests/test_tunix.py tests/test_multihost.py \
 	tests/test_docs.py tests/test_packaging.py tests/test_xdist_groups.py
 
-.PHONY: install install-py312 train demo test test-py312 lock lock-py312 clean
+.PHONY: install install-py312 train demo test test-notebooks test-py312 lock lock-py312 clean
 
 # Install only: .venv (Python 3.11, requirements.lock) or .venv312 (Python 3.12, requirements-py312.lock).
 install: $(VENV)/.installed
@@ -55,18 +55,23 @@ demo: $(VENV)/.installed
 
 # Tests marked slow or exhaustive run when CI is set (.ci/run exports CI=1). CI runs each test once: on
 # Python 3.11 every test but the notebooks and the slow tests marked current_jax (processes, meshes,
-# Tunix), which it runs on 3.12 with current JAX (Colab's and the pods' versions). TEST_MARKS / NOTEBOOKS
-# override the choice: `CI=1 make test TEST_MARKS= NOTEBOOKS=notebooks/*.ipynb` runs everything on 3.11.
+# Tunix), which it runs on 3.12 with current JAX (Colab's and the pods' versions). The notebooks (166 s
+# of make test's workers' time) run in CI and with `make test-notebooks`. TEST_MARKS / NOTEBOOKS override
+# the choice: `CI=1 make test TEST_MARKS= NOTEBOOKS=notebooks/*.ipynb` runs everything on 3.11.
 # The notebooks run top to bottom (nbmake) in the tests' session, first, so that the two workers share
 # them out with the tests; BEPO_NB_* shrink them (only the notebooks read these).
 NB_ENV := BEPO_NB_ITERATIONS=2 BEPO_NB_GROUPS=16
 FAST_MARKS := not slow and not exhaustive
 TEST_MARKS ?= $(if $(CI),not (slow and current_jax),$(FAST_MARKS))
-NOTEBOOKS ?= $(if $(CI),,notebooks/*.ipynb)
+NOTEBOOKS ?=
 TEST312_MARKS ?= $(if $(CI),not exhaustive and (not slow or current_jax),$(FAST_MARKS))
 test: $(VENV)/.installed
 	$(NB_ENV) $(PY) -m pytest -n 2 --dist loadgroup -q $(if $(TEST_MARKS),-m "$(TEST_MARKS)") \
-		--nbmake $(NOTEBOOKS) tests
+		$(if $(NOTEBOOKS),--nbmake $(NOTEBOOKS)) tests
+
+# The four notebooks top to bottom at the tests' sizes, and their .py/.ipynb pairs (Python 3.11).
+test-notebooks: $(VENV)/.installed
+	$(NB_ENV) $(PY) -m pytest -n 2 -q --nbmake notebooks/*.ipynb tests/test_notebooks_paired.py
 
 $(VENV312)/.installed: requirements-py312.lock pyproject.toml
 	$(call install_venv,$(VENV312),$(PYTHON312),requirements-py312.lock)

@@ -1,6 +1,6 @@
 """The notebooks' jupytext pairs are in sync (the .py:percent file is the source; the
 .ipynb must hold the same cells), and each opens with a Colab badge and a set-up cell.
-Running them top to bottom is ``make test``'s nbmake step."""
+Running them top to bottom is ``make test-notebooks`` (and CI's ``make test-py312``)."""
 
 from pathlib import Path
 
