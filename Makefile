@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine with python3.11 and make:
 #   make train  — the main job (creates .venv when missing)
-#   make test   — the tests; slow and exhaustive tests and the notebooks only with CI=1 (creates .venv when missing)
+#   make test   — the tests; slow and exhaustive tests only with CI=1; the notebooks: make test-notebooks (creates .venv)
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
