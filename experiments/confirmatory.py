@@ -249,8 +249,9 @@ def _cell(t: Optional[dict]) -> str:
 def _markdown(s: dict, primary: list[str]) -> str:
     lines = ["# The confirmatory test (protocol: docs/confirmatory.md)", "",
              f"Command: `{s['command']}` (after `run` and `rescore`).  ",
-             f"Arms done: {', '.join(s['arms_done']) or 'none'} of {', '.join(s['arms'])}; rescored on 512 fresh "
-             f"levels: {', '.join(s['rescored']) or 'none'}. Seeds {s['seeds'][0]}-{s['seeds'][-1]}.", "",
+             f"Arms with every seed trained: {', '.join(s['arms_done']) or 'none'} ({len(s['arms_done'])} of the "
+             f"{len(s['arms'])} arms: {', '.join(s['arms'])}); rescored on 512 fresh levels: "
+             f"{', '.join(s['rescored']) or 'none'}. Seeds {s['seeds'][0]}-{s['seeds'][-1]}.", "",
              "Every number: points of success, the mean over seeds of the per-seed paired difference +- the 95% "
              "Student-t half-width over seeds; p: the two-sided paired t-test. The primary endpoint is the final "
              "policy's success on the seed's 512 fresh held-out levels; decisions are Holm's over the four primary "

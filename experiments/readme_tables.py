@@ -182,6 +182,9 @@ def size_verdict(mh, paper) -> str:
 
 def chance_line(n: int) -> str:
     """What chance alone gives in a table of ``n`` 95% intervals of differences that are all truly 0."""
+    if n == 1:
+        return ("Chance alone: a 95% interval of a difference that is truly 0 excludes 0 one time in 20; a single "
+                "exclusion is not evidence by itself.")
     return (f"Chance alone: of {n} 95% intervals of differences that were all truly 0, about {0.05 * n:.1f} would "
             "exclude 0; a single exclusion among them is not evidence by itself.")
 
