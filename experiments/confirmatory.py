@@ -267,11 +267,9 @@ def _markdown(s: dict, primary: list[str]) -> str:
         h = r.get("holm")
         fresh = r.get("fresh_512")
         value, source = r["paper"]
-        lines.append(f"| {name} | {_cell(fresh)} | {h['holm_p']:.3f} | **{h['decision']}** | "
-                     f"{'none' if value is None else f'{value:+.1f}'} ({source}) | "
-                     f"{fresh['size_verdict'] if fresh else ''} | {_cell(r.get('held_out_128'))} | "
-                     f"{_cell(r.get('train'))} |" if h else
-                     f"| {name} | {_cell(fresh)} | family incomplete | | {value} ({source}) | | "
+        paper = f"{'none' if value is None else f'{value:+.1f}'} ({source})"
+        holm = f"{h['holm_p']:.3f} | **{h['decision']}**" if h else "family incomplete | "
+        lines.append(f"| {name} | {_cell(fresh)} | {holm} | {paper} | {fresh['size_verdict'] if fresh else ''} | "
                      f"{_cell(r.get('held_out_128'))} | {_cell(r.get('train'))} |")
     if not s["family_complete"]:
         lines += ["", "The family is not complete yet (arms or rescoring missing): no decision is made."]
