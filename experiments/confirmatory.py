@@ -246,6 +246,12 @@ def _cell(t: Optional[dict]) -> str:
     return f"{points((t['mean'] / 100, t['half_width'] / 100))} (p {p}, {t['seeds_above_0']}/{t['seeds']} seeds > 0)"
 
 
+def _paper_cell(r: dict) -> str:
+    """The paper's number for a contrast, with where it comes from."""
+    value, source = r["paper"]
+    return f"{'none' if value is None else f'{value:+.1f}'} ({source})"
+
+
 def _markdown(s: dict, primary: list[str]) -> str:
     lines = ["# The confirmatory test (protocol: docs/confirmatory.md)", "",
              f"Command: `{s['command']}` (after `run` and `rescore`).  ",
@@ -266,11 +272,10 @@ def _markdown(s: dict, primary: list[str]) -> str:
             continue
         h = r.get("holm")
         fresh = r.get("fresh_512")
-        value, source = r["paper"]
-        paper = f"{'none' if value is None else f'{value:+.1f}'} ({source})"
         holm = f"{h['holm_p']:.3f} | **{h['decision']}**" if h else "family incomplete | "
-        lines.append(f"| {name} | {_cell(fresh)} | {holm} | {paper} | {fresh['size_verdict'] if fresh else ''} | "
-                     f"{_cell(r.get('held_out_128'))} | {_cell(r.get('train'))} |")
+        lines.append(f"| {name} | {_cell(fresh)} | {holm} | {_paper_cell(r)} | "
+                     f"{fresh['size_verdict'] if fresh else ''} | {_cell(r.get('held_out_128'))} | "
+                     f"{_cell(r.get('train'))} |")
     if not s["family_complete"]:
         lines += ["", "The family is not complete yet (arms or rescoring missing): no decision is made."]
     lines += ["", "## Secondary contrasts (reported, no family-wise decision)", "",
@@ -281,9 +286,8 @@ def _markdown(s: dict, primary: list[str]) -> str:
         if name in primary:
             continue
         n += 1
-        value, source = r["paper"]
         fresh = r.get("fresh_512")
-        lines.append(f"| {name} | {_cell(fresh)} | {'none' if value is None else f'{value:+.1f}'} ({source}) | "
+        lines.append(f"| {name} | {_cell(fresh)} | {_paper_cell(r)} | "
                      f"{fresh['size_verdict'] if fresh else ''} | {_cell(r.get('held_out_128'))} |")
     lines += ["", chance_line(n), "", "## The gate's regime: share of records the gate admitted", "",
               "| arm | first iteration | middle | last |", "|---|---|---|---|"]
