@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 from bepo_jax.train import mean_ci, read_metrics  # noqa: E402
 from experiments import claims, rescore  # noqa: E402
-from experiments.readme_tables import CLAIMS, chance_line, points, size_verdict  # noqa: E402
+from experiments.readme_tables import CLAIMS, chance_line, confirmatory_primary, paper_cell, size_verdict, paired_cell  # noqa: E402
 
 EXPERIMENT = "confirmatory_runs"
 CHUNK = 4  # seeds per chunk: the unit that trains, is rescored and is kept
@@ -212,7 +212,7 @@ def report(results: Path, chunks: int, out_results: Path) -> dict:
     summary = dict(command="python experiments/confirmatory.py report", machine=platform.platform(),
                    protocol="docs/confirmatory.md", seeds=seeds, arms=[a.label for a in exp.arms],
                    arms_done=[a for a in per_seed], rescored=[k for k, v in fresh.items() if v is not None],
-                   family_complete=family_complete, alpha=ALPHA, contrasts=table, events=events,
+                   primary=primary, family_complete=family_complete, alpha=ALPHA, contrasts=table, events=events,
                    gated_share=_gated_summary(curves), curves=curves,
                    per_seed={a: [{k: x[k] for k in ("held_out_before", "held_out_after", "train_before",
                                                      "train_after")} for x in per_seed[a]] for a in per_seed},
@@ -220,7 +220,7 @@ def report(results: Path, chunks: int, out_results: Path) -> dict:
                                                  "(runs/<run>/per_task)")
     out_results.mkdir(parents=True, exist_ok=True)
     (out_results / "confirmatory.json").write_text(json.dumps(summary, indent=1))
-    (out_results / "confirmatory.md").write_text(_markdown(summary, primary))
+    (out_results / "confirmatory.md").write_text(_markdown(summary))
     _plot(curves, out_results / "confirmatory.png")
     return summary
 
@@ -239,20 +239,7 @@ def _gated_summary(curves: dict) -> dict:
     return out
 
 
-def _cell(t: Optional[dict]) -> str:
-    if t is None:
-        return "not yet"
-    p = "n/a" if np.isnan(t["p"]) else f"{t['p']:.3f}"
-    return f"{points((t['mean'] / 100, t['half_width'] / 100))} (p {p}, {t['seeds_above_0']}/{t['seeds']} seeds > 0)"
-
-
-def _paper_cell(r: dict) -> str:
-    """The paper's number for a contrast, with where it comes from."""
-    value, source = r["paper"]
-    return f"{'none' if value is None else f'{value:+.1f}'} ({source})"
-
-
-def _markdown(s: dict, primary: list[str]) -> str:
+def _markdown(s: dict) -> str:
     lines = ["# The confirmatory test (protocol: docs/confirmatory.md)", "",
              f"Command: `{s['command']}` (after `run` and `rescore`).  ",
              f"Arms with every seed trained: {', '.join(s['arms_done']) or 'none'} ({len(s['arms_done'])} of the "
@@ -262,33 +249,18 @@ def _markdown(s: dict, primary: list[str]) -> str:
              "Student-t half-width over seeds; p: the two-sided paired t-test. The primary endpoint is the final "
              "policy's success on the seed's 512 fresh held-out levels; decisions are Holm's over the four primary "
              f"contrasts at family-wise alpha {s['alpha']}.", "",
-             "## Primary family", "",
-             "| contrast | 512 fresh levels (primary) | Holm-adjusted p | decision | paper (source) | against the "
-             "paper's number | 128 held-out levels | training tasks |", "|---|---|---|---|---|---|---|---|"]
-    for name in primary:
-        r = s["contrasts"].get(name)
-        if r is None:
-            lines.append(f"| {name} | arms not run yet | | | | | | |")
-            continue
-        h = r.get("holm")
-        fresh = r.get("fresh_512")
-        holm = f"{h['holm_p']:.3f} | **{h['decision']}**" if h else "family incomplete | "
-        lines.append(f"| {name} | {_cell(fresh)} | {holm} | {_paper_cell(r)} | "
-                     f"{fresh['size_verdict'] if fresh else ''} | {_cell(r.get('held_out_128'))} | "
-                     f"{_cell(r.get('train'))} |")
-    if not s["family_complete"]:
-        lines += ["", "The family is not complete yet (arms or rescoring missing): no decision is made."]
+             "## Primary family", "", confirmatory_primary(s)]
     lines += ["", "## Secondary contrasts (reported, no family-wise decision)", "",
               "| contrast | 512 fresh levels | paper | against the paper's number | 128 held-out levels |",
               "|---|---|---|---|---|"]
     n = 0
     for name, r in s["contrasts"].items():
-        if name in primary:
+        if name in s["primary"]:
             continue
         n += 1
         fresh = r.get("fresh_512")
-        lines.append(f"| {name} | {_cell(fresh)} | {_paper_cell(r)} | "
-                     f"{fresh['size_verdict'] if fresh else ''} | {_cell(r.get('held_out_128'))} |")
+        lines.append(f"| {name} | {paired_cell(fresh)} | {paper_cell(r)} | "
+                     f"{fresh['size_verdict'] if fresh else ''} | {paired_cell(r.get('held_out_128'))} |")
     lines += ["", chance_line(n), "", "## The gate's regime: share of records the gate admitted", "",
               "| arm | first iteration | middle | last |", "|---|---|---|---|"]
     for arm, g in s["gated_share"].items():

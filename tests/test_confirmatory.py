@@ -89,3 +89,39 @@ def test_run_and_report_chain(tmp_path):
     assert "The family is not complete yet" in md and "start gated_bepo" in md
     assert set(summary["gated_share"]) == {"gated_bepo"}  # GRPO builds no graph
     assert (res / "confirmatory.png").exists()
+
+
+def test_a_complete_family_is_decided_in_the_readme_and_the_results_page():
+    """The README's bullets and docs/results.md's table once every primary contrast has its numbers: Holm's
+    adjusted p and decision beside each (the p-values chosen so that Holm by hand gives 0.0004, 0.06, 0.4, 0.4)."""
+    from experiments.readme_tables import _confirmatory_headline, confirmatory_primary
+
+    primary = [c.name for c in claims.CONFIRMATORY_PRIMARY]
+    p = dict(zip(primary, (0.2, 0.3, 0.0001, 0.02)))
+    mean = dict(zip(primary, (1.0, -1.5, 7.0, 3.0)))
+
+    def test(name):
+        return {"mean": mean[name], "half_width": 2.0, "p": p[name], "seeds_above_0": 9, "seeds": 16,
+                "size_verdict": "the paper's size"}
+
+    contrasts = {n: {"terms": n.split(" - "), "paper": cf.PAPER.get(tuple(n.split(" - ")), (None, "none")),
+                     "fresh_512": test(n), "held_out_128": test(n), "train": test(n)} for n in primary}
+    for n, h in cf.holm(p).items():
+        contrasts[n]["holm"] = {**h, "decision": cf.decision(contrasts[n]["fresh_512"], h)}
+    s = {"primary": primary, "contrasts": contrasts, "family_complete": True, "seeds": list(range(100, 116)),
+         "arms": ["a"] * 6, "arms_done": ["a"] * 6}
+    bullets = {line.split("(")[1].split(")")[0]: line for line in _confirmatory_headline(s) if line.startswith("- ")}
+    assert "Holm p < 0.001, **confirmed**" in bullets["gated_bepo - grpo"]
+    assert "Holm p 0.060, **not confirmed**" in bullets["gated_bepo - hgpo"]
+    assert "Holm p 0.400, **not confirmed**" in bullets["gated_bepo - gigpo"]
+    assert "Holm p 0.400, **not confirmed**" in bullets["gated_bepo - ladder_fp_added"]
+    table = confirmatory_primary(s)
+    assert "| 0.060 | **not confirmed** |" in table and "| < 0.001 | **confirmed** |" in table
+    assert "not complete" not in table and "family incomplete" not in table
+    # before the last contrast has its numbers: no decision anywhere
+    del s["contrasts"]["gated_bepo - hgpo"]
+    s["family_complete"] = False
+    for n in primary:
+        s["contrasts"].get(n, {}).pop("holm", None)
+    assert "no decision yet" in _confirmatory_headline(s)[0] and "Holm p" not in "\n".join(_confirmatory_headline(s))
+    assert "The family is not complete yet" in confirmatory_primary(s)
