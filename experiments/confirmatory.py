@@ -36,7 +36,8 @@ import numpy as np  # noqa: E402
 
 from bepo_jax.train import mean_ci, read_metrics  # noqa: E402
 from experiments import claims, rescore  # noqa: E402
-from experiments.readme_tables import CLAIMS, chance_line, confirmatory_primary, paper_cell, size_verdict, paired_cell  # noqa: E402
+from experiments.readme_tables import (CLAIMS, chance_line, confirmatory_primary, paired_cell,  # noqa: E402
+                                       paper_cell, size_verdict)
 
 EXPERIMENT = "confirmatory_runs"
 CHUNK = 4  # seeds per chunk: the unit that trains, is rescored and is kept

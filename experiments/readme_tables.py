@@ -291,7 +291,8 @@ def _confirmatory_headline(c: dict) -> list[str]:
         r, mh = c["contrasts"][name], (t["mean"] / 100, t["half_width"] / 100)
         h = r.get("holm")
         value = r["paper"][0]
-        lines.append(f"- {label} ({name}): **{points(mh)}** ({t['seeds_above_0']}/{t['seeds']} seeds > 0), {_verdict(mh)}"
+        lines.append(f"- {label} ({name}): **{points(mh)}** ({t['seeds_above_0']}/{t['seeds']} seeds > 0), "
+                     f"{_verdict(mh)}"
                      + (f"; Holm p {p_value(h['holm_p'])}, **{h['decision']}**" if h else "")
                      + ("" if value is None else f"; the paper {value:+.1f} ({t['size_verdict']})"))
     return lines
