@@ -280,17 +280,18 @@ def _plot(curves: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for arm, per in curves.items():
+    for i, (arm, per) in enumerate(curves.items()):
+        color = f"C{i % 10}"  # one color per arm in both panels
         series = [c for c in per.values() if c["held_out"]]
         if not series:
             continue
         n = min(len(c["held_out"]) for c in series)
         axes[0].plot(series[0]["iteration"][:n], np.mean([c["held_out"][:n] for c in series], axis=0), "o-",
-                     label=arm)
+                     color=color, label=arm)
         g = [c["gated_share"] for c in series if c["gated_share"]]
         if g:
             m = min(len(x) for x in g)
-            axes[1].plot(np.arange(1, m + 1), np.mean([x[:m] for x in g], axis=0), label=arm)
+            axes[1].plot(np.arange(1, m + 1), np.mean([x[:m] for x in g], axis=0), color=color, label=arm)
     axes[0].set(xlabel="iteration", ylabel="held-out success, 128 levels (mean over seeds)")
     axes[1].set(xlabel="iteration", ylabel="gated share of records (mean over seeds)")
     for ax in axes:
