@@ -5,6 +5,10 @@ Two steps, resumable (finished runs and finished evaluations are read, not repea
     nice python experiments/confirmatory.py run   # each (arm, chunk of 4 seeds): train, then rescore on 128 + 512 levels
     python experiments/confirmatory.py report     # experiments/results/confirmatory.{json,md,png}
 
+``replay --chunk C --iterations K`` trains chunk C's first K iterations again at the current
+commit and compares them with what the chunk recorded when it ran (the units ran over many
+commits and two machines: this says whether they computed the same thing).
+
 ``run`` works through the protocol's arms in order (the primary family's four arms first),
 each arm's 16 seeds in four chunks of 4 (seeds 100-103, 104-107, ...: a chunk trains as one
 program in ~35 min on 2 cores, then its final policies are rescored at once, so that every
@@ -25,6 +29,7 @@ import json
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -124,6 +129,54 @@ def run(arms: list[str], out: Path, results: Path, extra: list[str], chunks: int
             _log(results, event="finish", arm=arm, chunk=c)
 
 
+REPLAYED = ("action_entropy", "top_action_share", "gated_share")  # per-iteration series a chunk's results keep
+
+
+def unit_commits(events: list[dict]) -> dict[tuple[str, int], str]:
+    """(arm, chunk) -> the commit of the start whose unit finished (the run the results hold)."""
+    started, out = {}, {}
+    for e in events:
+        key = (e["arm"], e["chunk"])
+        if e["event"] == "start":
+            started[key] = e.get("commit", "unknown")
+        elif e["event"] == "finish" and key in started:
+            out[key] = started[key]
+    return out
+
+
+def replay(results: Path, c: int, arms: list[str], iterations: int, scratch: Path, extra: list[str]) -> dict:
+    """Train chunk ``c`` of each arm again at this commit for its first ``iterations`` iterations (into a
+    scratch directory) and compare with what the chunk's results file recorded when the unit ran, perhaps
+    on another commit and machine: the initial policy's success (held-out and training levels) and, per
+    seed and iteration, the action entropy, the largest action share and the gated share of records.
+    Each gets the largest absolute difference over seeds and iterations; 0 means the same computation bit
+    for bit. Writes ``<results>/replay_<c>.json`` (the protocol's decisions never read it)."""
+    stored = _json(results / f"{chunk_name(c)}.json").get("per_seed", {})
+    log_file = results / "log.jsonl"
+    commits = unit_commits([json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else [])
+    missing = [a for a in arms if a not in stored]
+    if missing:
+        raise SystemExit(f"--arms: chunk {c} of {missing} is not trained yet: nothing to replay.")
+    rows = {}
+    for arm in arms:
+        claims.main(["--experiment", chunk_name(c), "--arms", arm, "--out", str(scratch / "runs"), "--results",
+                     str(scratch / "results"), "--quiet", "--iterations", str(iterations), *extra])
+        again = _json(scratch / "results" / f"{chunk_name(c)}.json")["per_seed"][arm]
+        diffs = {k: max(abs(a[k] - b[k]) for a, b in zip(stored[arm], again))
+                 for k in ("held_out_before", "train_before")}
+        for k in REPLAYED:
+            pairs = [(np.asarray(a[k][:iterations], np.float64), np.asarray(b[k][:iterations], np.float64))
+                     for a, b in zip(stored[arm], again) if a.get(k) and b.get(k)]
+            if pairs:
+                diffs[k] = max(float(np.abs(x - y).max()) for x, y in pairs)
+        rows[arm] = {"stored_commit": commits.get((arm, c), "unknown"), "seeds": len(again),
+                     "max_abs_difference": diffs}
+    out = {"command": f"python experiments/confirmatory.py replay --chunk {c} --iterations {iterations}",
+           "commit": _commit(), "machine": platform.platform(), "chunk": c, "iterations": iterations, "arms": rows}
+    (results / f"replay_{c}.json").write_text(json.dumps(out, indent=1))
+    return out
+
+
 # -- statistics ------------------------------------------------------------------------
 def paired_test(diffs) -> dict:
     """Mean, 95% Student-t half-width and the two-sided paired t-test's p-value of per-seed differences."""
@@ -215,6 +268,7 @@ def report(results: Path, chunks: int, out_results: Path) -> dict:
                    arms_done=[a for a in per_seed], rescored=[k for k, v in fresh.items() if v is not None],
                    primary=primary, family_complete=family_complete, alpha=ALPHA, contrasts=table, events=events,
                    gated_share=_gated_summary(curves), curves=curves,
+                   replays=[r for c in range(chunks) if (r := _json(results / f"replay_{c}.json"))],
                    per_seed={a: [{k: x[k] for k in ("held_out_before", "held_out_after", "train_before",
                                                      "train_after")} for x in per_seed[a]] for a in per_seed},
                    chunks=chunks, per_task_scores="experiments/results/confirmatory/confirmatory_runs_<c>_rescore.json "
@@ -266,6 +320,18 @@ def _markdown(s: dict) -> str:
               "| arm | first iteration | middle | last |", "|---|---|---|---|"]
     for arm, g in s["gated_share"].items():
         lines.append(f"| {arm} | {g['first']:.2f} | {g['middle']:.2f} | {g['last']:.2f} |")
+    if s.get("replays"):
+        lines += ["", "## Replays: a chunk's first iterations trained again at a later commit", "",
+                  "`python experiments/confirmatory.py replay --chunk C --iterations K`: the largest absolute "
+                  "difference from what the chunk recorded, over its seeds and first K iterations (0: bit for bit).",
+                  "", "| chunk | arm | recorded at | replayed at | K | " + " | ".join(
+                      ("held_out_before", "train_before") + REPLAYED) + " |", "|---" * (5 + 2 + len(REPLAYED)) + "|"]
+        for r in s["replays"]:
+            for arm, x in r["arms"].items():
+                d = x["max_abs_difference"]
+                lines.append(f"| {r['chunk']} | {arm} | {x['stored_commit']} | {r['commit']} | {r['iterations']} | " +
+                             " | ".join(f"{d[k]:.2g}" if k in d else "n/a"
+                                        for k in ("held_out_before", "train_before") + REPLAYED) + " |")
     lines += ["", "## Every run started", ""]
     lines += [f"- {e['time']}: {e['event']} {e['arm']}, chunk {e.get('chunk')}" +
               (f" (commit {e['commit']})" if e.get("commit") else "") + (f": {e['reason']}" if e.get("reason") else "")
@@ -303,7 +369,7 @@ def _plot(curves: dict, path: Path) -> None:
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("step", choices=("run", "report"))
+    p.add_argument("step", choices=("run", "report", "replay"))
     p.add_argument("--arms", default="", help="run: which of the protocol's arms to work on now "
                                                "(default: all, in the protocol's order)")
     p.add_argument("--out", default=str(ROOT / "runs" / "claims"))
@@ -312,6 +378,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--smoke", action="store_true", help="the first chunk only, 2 iterations, 2 seeds, claims.py's "
                                                         "smoke scale, into --out and --results you give "
                                                         "(a check of the machinery, not the test)")
+    p.add_argument("--chunk", type=int, default=0, help="replay: which chunk (0-3)")
+    p.add_argument("--iterations", type=int, default=3, help="replay: how many of its first iterations")
     args = p.parse_args(argv)
     exp = experiment()
     labels = [a.label for a in exp.arms]
@@ -326,6 +394,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     chunks = 1 if args.smoke else CHUNKS
     if args.step == "run":
         run([a for a in labels if a in arms], out, results / "confirmatory", smoke, chunks)
+    elif args.step == "replay":
+        if not 0 <= args.chunk < chunks or not 1 <= args.iterations <= exp.iterations:
+            raise SystemExit(f"--chunk must be in 0..{chunks - 1} and --iterations in 1..{exp.iterations}.")
+        with tempfile.TemporaryDirectory() as scratch:
+            replay(results / "confirmatory", args.chunk, [a for a in labels if a in arms], args.iterations,
+                   Path(scratch), ["--seeds", "2", "--scale", "smoke"] if args.smoke else [])
     else:
         report(results / "confirmatory", chunks, results)
     return 0

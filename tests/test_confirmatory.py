@@ -89,6 +89,38 @@ def test_run_and_report_chain(tmp_path):
     assert "The family is not complete yet" in md and "start gated_bepo" in md
     assert set(summary["gated_share"]) == {"gated_bepo"}  # GRPO builds no graph
     assert (res / "confirmatory.png").exists()
+    # replay: the same commit on the same machine trains the chunk's first iterations again bit for bit ...
+    cf.main(["replay", "--arms", "gated_bepo,grpo", "--iterations", "2", *common])
+    rep = json.loads((chunk / "replay_0.json").read_text())["arms"]
+    assert set(rep["gated_bepo"]["max_abs_difference"]) == {"held_out_before", "train_before", *cf.REPLAYED}
+    assert "gated_share" not in rep["grpo"]["max_abs_difference"]  # GRPO records none
+    assert all(v == 0 for r in rep.values() for v in r["max_abs_difference"].values())
+    assert {r["stored_commit"] for r in rep.values()} == {events[0]["commit"]}
+    # ... and a record that differs from the computation is seen, by as much as it differs
+    f = chunk / "confirmatory_runs_0.json"
+    info = json.loads(f.read_text())
+    info["per_seed"]["gated_bepo"][1]["action_entropy"][1] += 0.01
+    info["per_seed"]["gated_bepo"][0]["held_out_before"] -= 0.5
+    f.write_text(json.dumps(info))
+    cf.main(["replay", "--arms", "gated_bepo", "--iterations", "2", *common])
+    d = json.loads((chunk / "replay_0.json").read_text())["arms"]["gated_bepo"]["max_abs_difference"]
+    assert d["action_entropy"] == pytest.approx(0.01) and d["held_out_before"] == pytest.approx(0.5)
+    assert d["top_action_share"] == 0 and d["gated_share"] == 0
+    cf.main(["report", *common])
+    assert "| 0 | gated_bepo |" in (res / "confirmatory.md").read_text()
+    with pytest.raises(SystemExit, match="not trained yet"):
+        cf.main(["replay", "--arms", "gigpo", *common])
+
+
+def test_unit_commits_are_those_of_the_starts_that_finished():
+    ev = [{"event": "start", "arm": "a", "chunk": 0, "commit": "c1"},
+          {"event": "stopped", "arm": "a", "chunk": 0},
+          {"event": "start", "arm": "a", "chunk": 0, "commit": "c2"},
+          {"event": "finish", "arm": "a", "chunk": 0},
+          {"event": "start", "arm": "a", "chunk": 1, "commit": "c3"},
+          {"event": "finish", "arm": "a", "chunk": 1},
+          {"event": "start", "arm": "b", "chunk": 0, "commit": "c4"}]  # still running: not a unit yet
+    assert cf.unit_commits(ev) == {("a", 0): "c2", ("a", 1): "c3"}
 
 
 def test_a_complete_family_is_decided_in_the_readme_and_the_results_page():
