@@ -7,7 +7,7 @@ Two steps, resumable (finished runs and finished evaluations are read, not repea
 
 ``replay --chunk C --iterations K`` trains chunk C's first K iterations again at the current
 commit and compares them with what the chunk recorded when it ran (the units ran over many
-commits and two machines: this says whether they computed the same thing).
+commits and sessions: this says whether they computed the same thing).
 
 ``run`` works through the protocol's arms in order (the primary family's four arms first),
 each arm's 16 seeds in four chunks of 4 (seeds 100-103, 104-107, ...: a chunk trains as one
