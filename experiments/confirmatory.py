@@ -157,11 +157,18 @@ def replay(results: Path, c: int, arms: list[str], iterations: int, scratch: Pat
     missing = [a for a in arms if a not in stored]
     if missing:
         raise SystemExit(f"--arms: chunk {c} of {missing} is not trained yet: nothing to replay.")
+    short = [a for a in arms if min(len(x["action_entropy"]) for x in stored[a]) < iterations]
+    if short:
+        raise SystemExit(f"--iterations: chunk {c} of {short} recorded fewer than {iterations} iterations; "
+                         "replay at most as many as it ran.")
     rows = {}
     for arm in arms:
         claims.main(["--experiment", chunk_name(c), "--arms", arm, "--out", str(scratch / "runs"), "--results",
                      str(scratch / "results"), "--quiet", "--iterations", str(iterations), *extra])
         again = _json(scratch / "results" / f"{chunk_name(c)}.json")["per_seed"][arm]
+        if len(again) != len(stored[arm]):
+            raise SystemExit(f"chunk {c} of {arm} recorded {len(stored[arm])} seeds and the replay trained "
+                             f"{len(again)}: replay a smoke run's chunk with --smoke.")
         diffs = {k: max(abs(a[k] - b[k]) for a, b in zip(stored[arm], again))
                  for k in ("held_out_before", "train_before")}
         for k in REPLAYED:

@@ -110,6 +110,8 @@ def test_run_and_report_chain(tmp_path):
     assert "| 0 | gated_bepo |" in (res / "confirmatory.md").read_text()
     with pytest.raises(SystemExit, match="not trained yet"):
         cf.main(["replay", "--arms", "gigpo", *common])
+    with pytest.raises(SystemExit, match="recorded fewer than 3 iterations"):
+        cf.main(["replay", "--arms", "grpo", "--iterations", "3", *common])
 
 
 def test_unit_commits_are_those_of_the_starts_that_finished():
