@@ -86,6 +86,12 @@ def _log(results: Path, **event) -> None:
         f.write(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), **event}) + "\n")
 
 
+def _events(results: Path) -> list[dict]:
+    """The log's events in order (``_log`` appends them); none before the first run."""
+    log_file = results / "log.jsonl"
+    return [json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else []
+
+
 def _commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -130,6 +136,7 @@ def run(arms: list[str], out: Path, results: Path, extra: list[str], chunks: int
 
 
 REPLAYED = ("action_entropy", "top_action_share", "gated_share")  # per-iteration series a chunk's results keep
+REPLAY_COLUMNS = ("held_out_before", "train_before", *REPLAYED)  # what a replay compares, in the report's order
 
 
 def unit_commits(events: list[dict]) -> dict[tuple[str, int], str]:
@@ -152,8 +159,7 @@ def replay(results: Path, c: int, arms: list[str], iterations: int, scratch: Pat
     Each gets the largest absolute difference over seeds and iterations; 0 means the same computation bit
     for bit. Writes ``<results>/replay_<c>.json`` (the protocol's decisions never read it)."""
     stored = _json(results / f"{chunk_name(c)}.json").get("per_seed", {})
-    log_file = results / "log.jsonl"
-    commits = unit_commits([json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else [])
+    commits = unit_commits(_events(results))
     missing = [a for a in arms if a not in stored]
     if missing:
         raise SystemExit(f"--arms: chunk {c} of {missing} is not trained yet: nothing to replay.")
@@ -170,7 +176,7 @@ def replay(results: Path, c: int, arms: list[str], iterations: int, scratch: Pat
             raise SystemExit(f"chunk {c} of {arm} recorded {len(stored[arm])} seeds and the replay trained "
                              f"{len(again)}: replay a smoke run's chunk with --smoke.")
         diffs = {k: max(abs(a[k] - b[k]) for a, b in zip(stored[arm], again))
-                 for k in ("held_out_before", "train_before")}
+                 for k in REPLAY_COLUMNS[:2]}
         for k in REPLAYED:
             pairs = [(np.asarray(a[k][:iterations], np.float64), np.asarray(b[k][:iterations], np.float64))
                      for a, b in zip(stored[arm], again) if a.get(k) and b.get(k)]
@@ -268,8 +274,7 @@ def report(results: Path, chunks: int, out_results: Path) -> dict:
     for k, h in adjusted.items():
         table[k]["holm"] = {**h, "decision": decision(table[k]["fresh_512"], h)}
     curves = {a: _curves(per_seed[a], seeds) for a in per_seed}
-    log_file = results / "log.jsonl"
-    events = [json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else []
+    events = _events(results)
     summary = dict(command="python experiments/confirmatory.py report", machine=platform.platform(),
                    protocol="docs/confirmatory.md", seeds=seeds, arms=[a.label for a in exp.arms],
                    arms_done=[a for a in per_seed], rescored=[k for k, v in fresh.items() if v is not None],
@@ -331,14 +336,13 @@ def _markdown(s: dict) -> str:
         lines += ["", "## Replays: a chunk's first iterations trained again at a later commit", "",
                   "`python experiments/confirmatory.py replay --chunk C --iterations K`: the largest absolute "
                   "difference from what the chunk recorded, over its seeds and first K iterations (0: bit for bit).",
-                  "", "| chunk | arm | recorded at | replayed at | K | " + " | ".join(
-                      ("held_out_before", "train_before") + REPLAYED) + " |", "|---" * (5 + 2 + len(REPLAYED)) + "|"]
+                  "", "| chunk | arm | recorded at | replayed at | K | " + " | ".join(REPLAY_COLUMNS) + " |",
+                  "|---" * (5 + len(REPLAY_COLUMNS)) + "|"]
         for r in s["replays"]:
             for arm, x in r["arms"].items():
                 d = x["max_abs_difference"]
                 lines.append(f"| {r['chunk']} | {arm} | {x['stored_commit']} | {r['commit']} | {r['iterations']} | " +
-                             " | ".join(f"{d[k]:.2g}" if k in d else "n/a"
-                                        for k in ("held_out_before", "train_before") + REPLAYED) + " |")
+                             " | ".join(f"{d[k]:.2g}" if k in d else "n/a" for k in REPLAY_COLUMNS) + " |")
     lines += ["", "## Every run started", ""]
     lines += [f"- {e['time']}: {e['event']} {e['arm']}, chunk {e.get('chunk')}" +
               (f" (commit {e['commit']})" if e.get("commit") else "") + (f": {e['reason']}" if e.get("reason") else "")
