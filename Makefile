@@ -9,9 +9,9 @@ PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12
 VENV312 := .venv312
 # On 3.12: the kernels, the training step, rollouts, train/resume/compare, seeds, your own env,
 # and Tunix (its lock has the tunix extra).
-PY312_TESTS := tests/test_estimators.py tests/test_graph.py tests/test_fixed_point.py tests/test_returns_stats.py \
-	tests/test_contract.py tests/test_rl.py tests/test_rollout.py tests/test_cli_train.py tests/test_multiseed.py \
-	tests/test_byo_env.py tests/test_sharding.py tests/test_turns.py tests/test_tunix.py tests/test_multihost.py \
+PY312_TESTS := tests/credit/test_estimators.py tests/credit/test_graph.py tests/credit/test_fixed_point.py tests/credit/test_returns_stats.py \
+	tests/credit/test_contract.py tests/agent/test_rl.py tests/agent/test_rollout.py tests/test_cli_train.py tests/agent/test_multiseed.py \
+	tests/agent/test_byo_env.py tests/credit/test_sharding.py tests/integrations/test_turns.py tests/integrations/test_tunix.py tests/agent/test_multihost.py \
 	tests/test_docs.py tests/test_packaging.py tests/test_xdist_groups.py
 
 .PHONY: install install-py312 train demo test test-notebooks test-py312 lock lock-py312 clean
@@ -41,7 +41,7 @@ endef
 $(VENV)/.installed: requirements.lock pyproject.toml
 	$(call install_venv,$(VENV),$(PYTHON),requirements.lock)
 
-# The main job's recipe: bepo_jax.train.recipes (RECIPES["main_job"]), the one place it is written;
+# The main job's recipe: bepo_jax.agent.train.recipes (RECIPES["main_job"]), the one place it is written;
 # the main_recipe experiment of experiments/claims.py tested it with 8 seeds.
 MAIN_JOB_FLAGS := --recipe main_job
 MAIN_JOB_OUT := runs/main_job

@@ -6,17 +6,17 @@ vmappable kernels. The numerics contract is docs/ in the repository
 (data model, every estimator's equations and conventions, defaults, test vectors).
 """
 
-from . import estimators as _estimators
-from .estimators import __all__ as _estimator_names
+from .credit import estimators as _estimators
+from .credit.estimators import __all__ as _estimator_names
 
 # the estimators' names, but ConfidenceHead (Flax): bepo_jax.ConfidenceHead imports it on first use
 globals().update({_n: getattr(_estimators, _n) for _n in _estimator_names if _n != "ConfidenceHead"})
-from .builders import Trajectory, batch_from_trajectories
-from .hashing import hash_observation, hash_observations, hash_tokens, token_words
+from .credit.builders import Trajectory, batch_from_trajectories
+from .credit.hashing import hash_observation, hash_observations, hash_tokens, token_words
 from .integrations.rows import RowIndex, from_rows, to_rows
-from .similarity import SimilarityConfig, merge_similar
-from .tokens import to_token_advantages
-from .types import (
+from .credit.similarity import SimilarityConfig, merge_similar
+from .credit.tokens import to_token_advantages
+from .credit.types import (
     FAILURE,
     SUCCESS,
     TRUNCATED,
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # ConfidenceHead (Flax) on first use: bepo_jax.estimators loads it
+def __getattr__(name):  # ConfidenceHead (Flax) on first use: bepo_jax.credit.estimators loads it
     if name == "ConfidenceHead":
         return _estimators.ConfidenceHead
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

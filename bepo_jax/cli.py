@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .estimators import GatedBEPOConfig
+from .credit.estimators import GatedBEPOConfig
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -50,7 +50,7 @@ def _run_fields():
     """The RunConfig fields that get a flag of their own (every one but ``_SPECIAL``)."""
     import dataclasses
 
-    from .train import RunConfig
+    from .agent.train import RunConfig
 
     return [f for f in dataclasses.fields(RunConfig) if f.name not in _SPECIAL]
 
@@ -58,8 +58,8 @@ def _run_fields():
 def _run_config(args: argparse.Namespace, base=None, **kw):
     """The flags given explicitly, over ``base`` (a stored RunConfig), else ``--recipe``'s
     config, else the defaults."""
-    from .train import RunConfig
-    from .train.recipes import recipe
+    from .agent.train import RunConfig
+    from .agent.train.recipes import recipe
 
     fields = {f.name: getattr(args, f.name) for f in _run_fields() if getattr(args, f.name, None) is not None}
     if getattr(args, "env", None) is not None:
@@ -75,7 +75,7 @@ def _run_config(args: argparse.Namespace, base=None, **kw):
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .train import RunConfig, train
+    from .agent.train import RunConfig, train
 
     cfg = _run_config(args, estimator=args.estimator)
     out = Path(args.out or f"runs/{cfg.env}_{cfg.estimator}_s{cfg.seed}")
@@ -86,7 +86,7 @@ def _train(args: argparse.Namespace) -> int:
         cfg = _run_config(args, base=RunConfig.from_stored(json.loads((out / "config.json").read_text())),
                           estimator=args.estimator)
     res = train(cfg, out, resume=args.resume, progress=not args.quiet)
-    from .train import paired_change
+    from .agent.train import paired_change
 
     for label, i, f in (("training tasks", res["initial_train"], res["final_train"]),
                         ("held-out tasks", res["initial"], res["final"])):
@@ -98,7 +98,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from .train.sft import SFTConfig, sft
+    from .agent.train.sft import SFTConfig, sft
 
     cfg = _run_config(args)
     config = SFTConfig(noise=args.noise, corruption=args.corruption, demos=args.demos, epochs=args.epochs, batch_size=args.batch_size,
@@ -116,8 +116,8 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .train.arms import Arm, parse_arms
-    from .train.compare import compare
+    from .agent.train.arms import Arm, parse_arms
+    from .agent.train.compare import compare
 
     arms = parse_arms(args.arms or args.estimators)
     shared = _parse_set(args.set)
@@ -156,8 +156,8 @@ def _distributed(args: argparse.Namespace):
                          "process; on TPU pods and Slurm/Open MPI give --distributed alone.")
     if args.sequential_seeds:
         raise ValueError("--sequential-seeds: across processes the seeds run as one program; drop the flag.")
-    from .rl import multihost
-    from .sharding import make_mesh
+    from .agent.rl import multihost
+    from .credit.sharding import make_mesh
     import jax
 
     multihost.initialize(args.coordinator, args.num_processes, args.process_id,
@@ -169,7 +169,7 @@ def _distributed(args: argparse.Namespace):
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .train import load_run
+    from .agent.train import load_run
 
     setup, state, it = load_run(args.checkpoint)
     ev = setup.evaluate(state.params, n_tasks=args.tasks, seed=args.seed)
@@ -222,13 +222,13 @@ def _learn(args: argparse.Namespace) -> int:
 def _add_run_flags(p: argparse.ArgumentParser, out_default: str) -> None:
     """One flag per RunConfig field (``--field-name``, its type and default from the dataclass), and
     --env, --set, --recipe, --out, --quiet."""
-    from .envs.registry import BUILTIN_ENVS
-    from .train import RunConfig
-    from .train.recipes import RECIPES
+    from .agent.envs.registry import BUILTIN_ENVS
+    from .agent.train import RunConfig
+    from .agent.train.recipes import RECIPES
 
     d = RunConfig()
     p.add_argument("--recipe", choices=list(RECIPES), default=None,
-                   help="start from a named run config (bepo_jax.train.recipes; main_job = what make train runs); "
+                   help="start from a named run config (bepo_jax.agent.train.recipes; main_job = what make train runs); "
                         "the flags given override it")
     p.add_argument("--env", default=None, metavar="ENV",
                    help=f"environment: {', '.join(BUILTIN_ENVS)}, or an import path 'package.module:factory' "
@@ -249,7 +249,7 @@ def _add_run_flags(p: argparse.ArgumentParser, out_default: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .estimators.registry import ESTIMATORS
+    from .credit.estimators.registry import ESTIMATORS
 
     parser = argparse.ArgumentParser(prog="bepo-jax", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -287,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "compare.md/json/png; finished runs of another config there are refused")
     c.set_defaults(func=_compare)
 
-    from .train.sft import SFTConfig
+    from .agent.train.sft import SFTConfig
 
     sd = SFTConfig()
     s = sub.add_parser("sft", help="a supervised warm start: clone a noisy expert's demonstrations (the run flags "

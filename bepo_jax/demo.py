@@ -12,9 +12,9 @@ from typing import Optional, TextIO
 
 import numpy as np
 
-from .builders import Trajectory, batch_from_trajectories
-from .estimators import GatedBEPOConfig, GiGPOConfig, GRPOConfig, gated_bepo, gigpo, grpo
-from .types import FAILURE, SUCCESS, TRUNCATED, OUTCOME_NAMES
+from .credit.builders import Trajectory, batch_from_trajectories
+from .credit.estimators import GatedBEPOConfig, GiGPOConfig, GRPOConfig, gated_bepo, gigpo, grpo
+from .credit.types import FAILURE, SUCCESS, TRUNCATED, OUTCOME_NAMES
 
 R = 10.0  # success reward
 

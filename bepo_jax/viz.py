@@ -20,9 +20,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from .builders import Trajectory, batch_from_trajectories
-from .estimators import GatedBEPOConfig, compute_advantages, gated_bepo
-from .types import OUTCOME_NAMES
+from .credit.builders import Trajectory, batch_from_trajectories
+from .credit.estimators import GatedBEPOConfig, compute_advantages, gated_bepo
+from .credit.types import OUTCOME_NAMES
 
 DEFAULT_ESTIMATORS = ("grpo", "gigpo", "graphgpo", "gagpo", "gated_bepo")
 
@@ -177,7 +177,7 @@ def plot_credit(rows: list[dict], estimators: Sequence[str] = DEFAULT_ESTIMATORS
 
 def plot_run(run_dir: str | Path, *, ax=None):
     """The learning curve of a ``bepo-jax train`` run (training success and evaluations)."""
-    from .train import draw_curve, read_metrics
+    from .agent.train import draw_curve, read_metrics
 
     import matplotlib.pyplot as plt
 

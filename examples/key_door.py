@@ -9,7 +9,7 @@ the trajectories of a group that wander without it observe the same cells.
 
 Train on it (README, "Bring your own environment"):
 
-    from bepo_jax.train import RunConfig, train
+    from bepo_jax.agent.train import RunConfig, train
     from examples.key_door import KeyDoorEnv
     train(RunConfig(estimator="gated_bepo"), "runs/key_door", env=KeyDoorEnv())
 
@@ -25,11 +25,11 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from bepo_jax.envs.base import NEWLINE, grid_to_tokens, symbol_table
+from bepo_jax.agent.envs.base import NEWLINE, grid_to_tokens, symbol_table
 
 SIZE = 5
 FLOOR, AGENT, KEY, DOOR, AGENT_WITH_KEY = range(5)
-SYMBOLS = (".", "a", "x", "d", "k")  # every character must be in bepo_jax.envs.text.ALPHABET
+SYMBOLS = (".", "a", "x", "d", "k")  # every character must be in bepo_jax.agent.envs.text.ALPHABET
 MOVES = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]], np.int32)  # up, down, left, right
 
 

@@ -6,33 +6,29 @@ records/s, time per record, compile time, XLA's peak-memory estimate, fixed-poin
 iterations, and — at the small sizes — the plain-Python reference's time and the
 speed-up, measured in the same run. Writes experiments/results/bench_advantages.{md,json}.
 
-    python experiments/bench_advantages.py            # the full CPU run (~10 min on 2 cores)
-    python experiments/bench_advantages.py --quick    # small sizes only
-    python experiments/bench_advantages.py --rows     # row layout end to end (bench_rows.{json,md}), ~1 min
-    python experiments/bench_advantages.py --backend gpu --out experiments/results/gpu   # < 5 min on one GPU
+    python -m experiments.bench_advantages            # the full CPU run (~10 min on 2 cores)
+    python -m experiments.bench_advantages --quick    # small sizes only
+    python -m experiments.bench_advantages --rows     # row layout end to end (bench_rows.{json,md}), ~1 min
+    python -m experiments.bench_advantages --backend gpu --out experiments/results/gpu   # < 5 min on one GPU
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-import bepo_jax as bj  # noqa: E402
-from experiments.dict_baselines import dict_gated_bepo, dict_gigpo  # noqa: E402
-from experiments.gridroom import grid_room_batch  # noqa: E402
-from bepo_jax import reference as ref  # noqa: E402  (the plain-loop implementations the tests check against)
+import bepo_jax as bj
+from bepo_jax.credit import (
+    reference as ref,  # (the plain-loop implementations the tests check against)
+)
+from experiments.common import ROOT, command, machine, parser, write_json, write_lines
+from experiments.dict_baselines import dict_gated_bepo, dict_gigpo
+from experiments.gridroom import grid_room_batch
 
 K, T = 8, 50
 BUCKET = 32  # a 5x5 room has 25 cells: every group fits a 32-state bucket
@@ -165,7 +161,7 @@ def precision_rows(groups_list):
     float32 segment sums."""
     import jax.numpy as jnp
 
-    from bepo_jax.stats import segment_moments
+    from bepo_jax.credit.stats import segment_moments
 
     rows = []
     rng = np.random.default_rng(0)
@@ -232,9 +228,9 @@ def rows_rows(groups_list):
 
 
 def write_rows(rows, out_dir: Path):
-    cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    cmd = command("bench_advantages")
     info = dict(command=cmd, machine=machine(), k=K, t=T, rows=rows)
-    (out_dir / "bench_rows.json").write_text(json.dumps(info, indent=2))
+    write_json(out_dir / "bench_rows.json", info, indent=2)
     m = info["machine"]
     lines = ["# Row layout end to end: from_rows -> GiGPO kernel -> to_rows", "",
              f"Command: `{cmd}`  ", f"Machine: {m['platform']}, {m['cpu_count']} CPUs, backend {m['backend']}; "
@@ -247,21 +243,13 @@ def write_rows(rows, out_dir: Path):
         lines.append(f"| {r['groups']} | {r['rows']:,} | {r['from_rows_strings_s'] * 1e3:.1f} ms | "
                      f"{r['from_rows_keys_s'] * 1e3:.1f} ms | {r['kernel_s'] * 1e3:.1f} ms | {r['to_rows_s'] * 1e3:.1f} ms | "
                      f"{r['end_to_end_s'] * 1e3:.1f} ms | {r['end_to_end_over_kernel']:.1f}x | {r['us_per_row']:.2f} |")
-    (out_dir / "bench_rows.md").write_text("\n".join(lines) + "\n")
+    write_lines(out_dir / "bench_rows.md", lines)
     print("\n".join(lines))
-
-
-def machine():
-    dev = jax.devices()[0]
-    return dict(platform=platform.platform(), python=platform.python_version(), processor=platform.processor(),
-                cpu_count=os.cpu_count(), jax=jax.__version__, jaxlib=jax.lib.__version__ if hasattr(jax, "lib") else "",
-                numpy=np.__version__, bepo_jax=bj.__version__, backend=jax.default_backend(),
-                device=str(getattr(dev, "device_kind", dev)), device_count=jax.device_count())
 
 
 def write(rows, precision, args, out_dir: Path, wall_s: float, quiet: bool = False):
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    cmd = command("bench_advantages")
     info = dict(command=cmd, machine=machine(), k=K, t=T, bucket=BUCKET, wall_s=wall_s, rows=rows, precision=precision)
     head = [r for r in rows if r["variant"] == HEADLINE and "us_per_record" in r]
     if head:
@@ -274,7 +262,7 @@ def write(rows, precision, args, out_dir: Path, wall_s: float, quiet: bool = Fal
         info["gated_bepo_speedup_16x8x50"] = bepo16[0]["speedup"]
     info["speedup_vs_dict_16x8x50"] = {r["variant"]: r["speedup_vs_dict"] for r in rows
                                        if r["groups"] == 16 and "speedup_vs_dict" in r}
-    (out_dir / "bench_advantages.json").write_text(json.dumps(info, indent=2))
+    write_json(out_dir / "bench_advantages.json", info, indent=2)
     m = info["machine"]
     lines = [
         "# Advantage kernels vs plain-Python loops",
@@ -285,7 +273,7 @@ def write(rows, precision, args, out_dir: Path, wall_s: float, quiet: bool = Fal
         f"Batch: grid-room random walks (5x5 room, start corner, +10 at the far corner, wall bumps are self-loops), "
         f"K = {K}, T = {T}; records = valid steps. Wall time {wall_s:.0f} s.",
         "",
-        "Python s / speed-up: the literal reference (`bepo_jax/reference.py`, one run); dict ms / vs dict: the "
+        "Python s / speed-up: the literal reference (`bepo_jax/credit/reference.py`, one run); dict ms / vs dict: the "
         "efficient dict-based Python implementation (`experiments/dict_baselines.py`, median of repeats).",
         "",
         "| variant | groups | records | JAX ms | records/s | us/record | compile s | peak MB | iters mean/max | Python s "
@@ -323,13 +311,13 @@ def write(rows, precision, args, out_dir: Path, wall_s: float, quiet: bool = Fal
     for r in precision:
         lines.append(f"| {r['method']} | {r['groups']} | {r['records']} | {r['segments']} | {r['ms']:.2f} | "
                      f"{r['max_rel_err_sigma']:.2g} | {'yes' if r['order_independent'] else 'no'} |")
-    (out_dir / "bench_advantages.md").write_text("\n".join(lines) + "\n")
+    write_lines(out_dir / "bench_advantages.md", lines)
     if not quiet:
         print("\n".join(lines))
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, full=True)
     p.add_argument("--quick", action="store_true", help="small sizes only (16 and 64 groups)")
     p.add_argument("--backend", choices=("cpu", "gpu", "tpu"), default=None, help="JAX platform (default: JAX's choice)")
     p.add_argument("--groups", default=None, help="comma-separated group counts (default 16,64,256,1024,3072)")

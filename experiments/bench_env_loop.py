@@ -2,9 +2,9 @@
 jitted Sokoban rollout loop against a host-driven loop of the same policy
 (environment steps per second, one run).
 
-* jitted — ``bepo_jax.rollout.make_rollout``: reset, prompts, sampling, parsing, env
+* jitted — ``bepo_jax.agent.rollout.make_rollout``: reset, prompts, sampling, parsing, env
   steps and hashing for all B x K episodes in one compiled ``lax.scan`` program.
-* host — ``bepo_jax.host_rollout.make_host_rollout`` over ``JaxEnvOnHost``: the
+* host — ``bepo_jax.agent.host_rollout.make_host_rollout`` over ``JaxEnvOnHost``: the
   verl-agent pattern — one batched (jitted) policy call per time step, each episode's
   environment stepped from Python (one jitted call per episode and step), prompts
   built and observations hashed on the host.
@@ -19,32 +19,27 @@ excluded (one warm-up call per variant). Also one forward pass at 48 and 146 tok
 Every row carries env, policy, decode, loop, groups, steps_per_s. Writes
 experiments/results/bench_env_loop.{md,json}.
 
-    python experiments/bench_env_loop.py            # ~10 min on 2 CPU cores
-    python experiments/bench_env_loop.py --backend gpu --out experiments/results/gpu
+    python -m experiments.bench_env_loop            # ~10 min on 2 CPU cores
+    python -m experiments.bench_env_loop --backend gpu --out experiments/results/gpu
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
-
-from bepo_jax.envs import sokoban as sk  # noqa: E402
-from bepo_jax.envs.text import VOCAB  # noqa: E402
-from bepo_jax.host_rollout import JaxEnvOnHost, make_host_rollout  # noqa: E402
-from bepo_jax.models import DecoderLM, TransformerConfig  # noqa: E402
-from bepo_jax.rollout import RolloutConfig, make_rollout, prompt_length  # noqa: E402
-from experiments.bench_advantages import machine  # noqa: E402
+from bepo_jax.agent.envs import sokoban as sk
+from bepo_jax.agent.envs.text import VOCAB
+from bepo_jax.agent.host_rollout import JaxEnvOnHost, make_host_rollout
+from bepo_jax.agent.models import DecoderLM, TransformerConfig
+from bepo_jax.agent.rollout import RolloutConfig, make_rollout, prompt_length
+from experiments.common import ROOT, command, machine, parser, write_json, write_lines
 
 
 class UniformLM(nnx.Module):
@@ -144,7 +139,7 @@ def speedups(rows):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--groups", default="8,32", help="comma-separated B (K = 8 each)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--host-max-groups", type=int, default=32, help="run the host loop up to this many groups")
@@ -157,9 +152,9 @@ def main():
     rows = run([int(x) for x in args.groups.split(",")], args.repeats, args.host_max_groups)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    info = dict(machine=machine(), command="python experiments/bench_env_loop.py " + " ".join(sys.argv[1:]),
+    info = dict(machine=machine(), command=command("bench_env_loop"),
                 rows=rows, forward=fwd, speedups=speedups(rows))
-    (out / "bench_env_loop.json").write_text(json.dumps(info, indent=2))
+    write_json(out / "bench_env_loop.json", info, indent=2)
     m = info["machine"]
     lines = ["# Rollout throughput: cached vs full decoding, jitted vs host loop (environment steps / s)", "",
              f"Command: `{info['command']}`  ",
@@ -177,7 +172,7 @@ def main():
     lines += ["", "One forward pass of the default policy (1 layer, width 64), 64 sequences, all tokens real:", "",
               "| tokens | forward |", "|---|---|"]
     lines += [f"| {f['length']} | {f['forward_ms']:.1f} ms |" for f in fwd]
-    (out / "bench_env_loop.md").write_text("\n".join(lines) + "\n")
+    write_lines(out / "bench_env_loop.md", lines)
     print("\n".join(lines))
 
 

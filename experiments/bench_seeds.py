@@ -7,26 +7,20 @@ sequential run — each run is a fresh ``Setup`` as ``bepo-jax compare`` makes t
 iterations per second per seed after the first iteration. Writes
 ``experiments/results/bench_seeds.{json,md}``.
 
-    python experiments/bench_seeds.py                 # ~4 min on 2 CPU cores
-    python experiments/bench_seeds.py --seeds 4 --iterations 5
+    python -m experiments.bench_seeds                 # ~4 min on 2 CPU cores
+    python -m experiments.bench_seeds --seeds 4 --iterations 5
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import jax
 
-import jax  # noqa: E402
-
-from bepo_jax.train import SeedBatch  # noqa: E402
-from bepo_jax.train import RunConfig, Setup  # noqa: E402
-from experiments.bench_advantages import machine  # noqa: E402
+from bepo_jax.agent.train import RunConfig, SeedBatch, Setup
+from experiments.common import ROOT, command, machine, parser, write_json, write_lines
 
 
 def sequential(cfg, seeds, iterations):
@@ -56,7 +50,7 @@ def vmapped(cfg, seeds, iterations, runs_per_step=None):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--seeds", type=int, default=8)
     p.add_argument("--iterations", type=int, default=10)
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
@@ -78,12 +72,12 @@ def main():
     for r in rows[:-1]:
         r["wall_speedup"] = seq["wall_s"] / r["wall_s"]
         r["steady_speedup"] = r["seed_iterations_per_s"] / seq["seed_iterations_per_s"]
-    res = dict(command="python experiments/bench_seeds.py " + " ".join(sys.argv[1:]), machine=machine(), rows=rows,
+    res = dict(command=command("bench_seeds"), machine=machine(), rows=rows,
                wall_speedup=rows[0]["wall_speedup"], steady_speedup=rows[0]["steady_speedup"],
                best=max(rows[:-1], key=lambda r: r["wall_speedup"])["variant"])
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_seeds.json").write_text(json.dumps(res, indent=1))
+    write_json(out / "bench_seeds.json", res, indent=1)
     m = res["machine"]
     lines = ["# Seeds as one program vs sequential runs", "", f"Command: `{res['command']}`  ",
              f"Machine: {m['platform']}, {m['cpu_count']} CPUs, backend {m['backend']}; jax {m['jax']}. "
@@ -97,7 +91,7 @@ def main():
     sp = lambda r, k: f"{r[k]:.2f}x" if k in r else ""
     lines += [f"| {r['variant']} | {r['seeds']} | {r['wall_s']:.1f} s | {r['seed_iterations_per_s']:.2f} | "
               f"{sp(r, 'wall_speedup')} | {sp(r, 'steady_speedup')} |" for r in rows]
-    (out / "bench_seeds.md").write_text("\n".join(lines) + "\n")
+    write_lines(out / "bench_seeds.md", lines)
     print("\n".join(lines))
 
 

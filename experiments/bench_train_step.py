@@ -19,33 +19,28 @@ Two tables, one run:
 Compile time is excluded from the rates (one warm-up call per variant); rates are the
 median of the timed repeats. Writes ``<out>/bench_train_step.{json,md}``.
 
-    python experiments/bench_train_step.py                       # ~3 min on 2 CPU cores
-    python experiments/bench_train_step.py --backend gpu --scale gpu --out experiments/results/gpu
+    python -m experiments.bench_train_step                       # ~3 min on 2 CPU cores
+    python -m experiments.bench_train_step --backend gpu --scale gpu --out experiments/results/gpu
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
-
-from bepo_jax.envs.text import VOCAB  # noqa: E402
-from bepo_jax.models import DecoderLM, TransformerConfig  # noqa: E402
-from bepo_jax.rl.train_step import Trainer, TrainConfig, UpdateBatch  # noqa: E402
-from bepo_jax.rollout import prompt_length  # noqa: E402
-from bepo_jax.train import RunConfig, Setup  # noqa: E402
-from experiments.bench_advantages import machine  # noqa: E402
+from bepo_jax.agent.envs.text import VOCAB
+from bepo_jax.agent.models import DecoderLM, TransformerConfig
+from bepo_jax.agent.rl.train_step import TrainConfig, Trainer, UpdateBatch
+from bepo_jax.agent.rollout import prompt_length
+from bepo_jax.agent.train import RunConfig, Setup
+from experiments.common import ROOT, command, machine, parser, write_json
 
 MODELS = {  # label -> (layers, width, heads, largest micro-batch: grad_accum splits bigger batches)
     "1 layer, width 64 (main job)": (1, 64, 4, 4096),
@@ -214,7 +209,7 @@ def markdown(res: dict) -> str:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--backend", choices=("cpu", "gpu", "tpu"), default=None)
     p.add_argument("--scale", choices=tuple(SCALES), default="cpu")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
@@ -229,12 +224,12 @@ def main():
     scale = SCALES[a.scale]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    res = dict(command="python experiments/bench_train_step.py " + " ".join(sys.argv[1:]), machine=machine(),
+    res = dict(command=command("bench_train_step"), machine=machine(),
                scale=a.scale, rows=[])
 
     def write(rows):  # after every row: a run stopped part-way keeps what it measured
         res["rows"] = rows
-        (out / "bench_train_step.json").write_text(json.dumps(res, indent=1))
+        write_json(out / "bench_train_step.json", res, indent=1)
         (out / "bench_train_step.md").write_text(markdown(res))
 
     bench_iterations(scale, write, bench_updates(scale, write))

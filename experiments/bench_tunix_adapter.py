@@ -24,28 +24,24 @@ measured steps, warm-up excluded) and its share of a training step of an assumed
 includes the steps that compiled); the median hides them. Writes
 experiments/results/bench_tunix_adapter.{json,md}.
 
-    python experiments/bench_tunix_adapter.py            # ~3 min on 2 CPU cores
-    python experiments/bench_tunix_adapter.py --quick    # 2 warm-up + 2 measured steps
+    python -m experiments.bench_tunix_adapter            # ~3 min on 2 CPU cores
+    python -m experiments.bench_tunix_adapter --quick    # 2 warm-up + 2 measured steps
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bepo_jax.integrations.turns import Turn, credit_for_groups, token_advantages  # noqa: E402
-from bepo_jax.types import FAILURE, SUCCESS, TRUNCATED  # noqa: E402
+from bepo_jax.credit.types import FAILURE, SUCCESS, TRUNCATED
+from bepo_jax.integrations.turns import Turn, credit_for_groups, token_advantages
+from experiments.common import ROOT, command, parser, write_json, write_lines
 
 GROUPS, K, MAX_TURNS, L = 64, 8, 30, 4096
 ASSUMED_STEP_S = (10.0, 60.0)  # assumed LLM training-step lengths the share is given against
@@ -107,7 +103,7 @@ VARIANTS = {"before": run_before, "per group": lambda s: run_batched(s, 1),
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__)
     p.add_argument("--quick", action="store_true", help="2 warm-up + 2 measured steps")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=8, help="measured steps after the warm-up")
@@ -137,14 +133,14 @@ def main(argv=None) -> int:
         print(f"{name:>17}: {calls} calls/step, compiles {c1 - c0} warm-up / {_compiles[0] - c1} after, "
               f"{rows[-1]['step_ms_mean']:.0f} ms/step mean (median {rows[-1]['step_ms_median']:.0f}, max "
               f"{rows[-1]['step_ms_max']:.0f})", flush=True)
-    meta = dict(command="python experiments/bench_tunix_adapter.py" + (" --quick" if args.quick else ""),
+    meta = dict(command=command("bench_tunix_adapter", ["--quick"] if args.quick else []),
                 machine=f"{platform.platform()}, {jax.device_count()} {jax.default_backend()} device(s)",
                 jax=jax.__version__, numpy=np.__version__, groups=GROUPS, K=K, max_turns=MAX_TURNS, L=L,
                 estimator=ESTIMATOR, warmup_steps=warm, measured_steps=steps, records_per_step=records,
                 assumed_step_s=ASSUMED_STEP_S)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_tunix_adapter.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=1))
+    write_json(out / "bench_tunix_adapter.json", dict(meta=meta, rows=rows), indent=1)
     base = rows[0]["step_ms_mean"]
     lines = ["# The Tunix adapter's credit path per training step", "",
              f"Command: `{meta['command']}`  ",
@@ -165,7 +161,7 @@ def main(argv=None) -> int:
               "thousand tokens takes seconds to minutes on an accelerator), not measurements: divide the ms / step "
               "by your own step time. `before` is the adapter before this change (one exact-shape call per group and "
               "a second, trajectory-level call per group)."]
-    (out / "bench_tunix_adapter.md").write_text("\n".join(lines) + "\n")
+    write_lines(out / "bench_tunix_adapter.md", lines)
     return 0
 
 

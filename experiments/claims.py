@@ -61,34 +61,28 @@ every device of every host: ``--distributed`` joins the multi-host runtime first
 launch the same command on every host; ``--seeds`` a multiple of the devices). Only
 ``cpu`` has been run by us.
 
-    python experiments/claims.py --experiment e1                   # 9 arms x 8 seeds
-    python experiments/claims.py --experiment e1 --arms grpo,gated_bepo --seeds 2 --iterations 2   # smoke
+    python -m experiments.claims --experiment e1                   # 9 arms x 8 seeds
+    python -m experiments.claims --experiment e1 --arms grpo,gated_bepo --seeds 2 --iterations 2   # smoke
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bepo_jax.envs.registry import is_host_env  # noqa: E402
-from bepo_jax.train import RunConfig, mean_ci, paired_combination, read_metrics  # noqa: E402
-from bepo_jax.train import arms as runner  # noqa: E402
-from bepo_jax.train.arms import COLLAPSE, Arm, action_curves  # noqa: E402
-from bepo_jax.train.recipes import recipe_fields  # noqa: E402
-from bepo_jax.train.rundir import is_finished_run_of  # noqa: E402
-from experiments.readme_tables import collapsed_seeds, points  # noqa: E402
-
+from bepo_jax.agent.envs.registry import is_host_env
+from bepo_jax.agent.train import RunConfig, mean_ci, paired_combination, read_metrics
+from bepo_jax.agent.train import arms as runner
+from bepo_jax.agent.train.arms import COLLAPSE, Arm, action_curves
+from bepo_jax.agent.train.recipes import recipe_fields
+from bepo_jax.agent.train.rundir import is_finished_run_of
+from experiments.common import ROOT, command, machine, parser, write_json
+from experiments.readme_tables import collapsed_seeds, points
 
 ESTIMATOR_ARMS = (
     Arm("grpo", "grpo"), Arm("gigpo", "gigpo"), Arm("graphgpo", "graphgpo"), Arm("gagpo", "gagpo"),
@@ -117,7 +111,7 @@ POOL_ARMS = (Arm("pool_32", "gated_bepo", run={"task_pool": 32}),
              Arm("fresh_uniform", "gated_bepo", run={**FRESH, "head_init_scale": 0.01}),
              Arm("fresh_uniform_ppo4", "gated_bepo",
                  run={**FRESH, "head_init_scale": 0.01, "ppo_epochs": 4, "num_minibatches": 4, "learning_rate": 1e-3}))
-# The main job's recipe (``bepo_jax.train.recipes``; ``make train`` runs ``--recipe main_job``): fresh levels, 16 groups per iteration, a 2-layer
+# The main job's recipe (``bepo_jax.agent.train.recipes``; ``make train`` runs ``--recipe main_job``): fresh levels, 16 groups per iteration, a 2-layer
 # width-128 policy that sees only the current grid (prompt history 0), a near-uniform head,
 # learning rate 1e-3 with 4 epochs of 4 minibatches per batch, 60 iterations, and 128 held-out
 # levels (a run's interval over levels narrow enough to see a rise of a few points). Its arms:
@@ -126,7 +120,7 @@ POOL_ARMS = (Arm("pool_32", "gated_bepo", run={"task_pool": 32}),
 # 128 held-out levels, so the difference is paired per seed. ``main_recipe_1epoch``: the recipe
 # with one update per batch at 100 iterations, the first version tried (its held-out success
 # barely moved).
-MAIN_JOB = {"env": "sokoban", **recipe_fields("main_job")}  # bepo_jax.train.recipes, the one place it is written
+MAIN_JOB = {"env": "sokoban", **recipe_fields("main_job")}  # bepo_jax.agent.train.recipes, the one place it is written
 EARLIER_MAIN_JOB = dict(task_pool=0, groups=8, layers=1, width=64, prompt_history=2, head_init_scale=1.0,
                         learning_rate=3e-3, ppo_epochs=1, num_minibatches=1)
 MAIN_JOB_ARMS = (Arm("recipe", "gated_bepo"), Arm("earlier_main_job", "gated_bepo", run=EARLIER_MAIN_JOB))
@@ -283,7 +277,7 @@ SCALES = {"cpu": {}, "gpu": dict(groups=32, layers=2, width=128, eval_tasks=64),
 def seed_numbers(rows: list[dict]) -> dict:
     """One run's numbers: success at the start and the end (held-out and training tasks),
     the evaluation curve against cumulative environment steps, and per iteration the
-    action entropy and the largest action share (``bepo_jax.train.arms.action_curves``), the
+    action entropy and the largest action share (``bepo_jax.agent.train.arms.action_curves``), the
     share of records the gate admitted and the distinct successors per state (graph estimators),
     and the share of groups with mixed outcomes (runs that record them)."""
     steps = np.cumsum([r.get("env_steps", 0.0) for r in rows])
@@ -391,7 +385,7 @@ def finished_run(run_dir: Path, cfg: RunConfig) -> bool:
 
 def run_arm(exp: Experiment, arm: Arm, base: RunConfig, seeds: int, out: Path, *, progress: bool, mesh=None
             ) -> list[dict]:
-    """The library's runner (``bepo_jax.train.arms.run_arm``) on the experiment's seeds; each seed's numbers."""
+    """The library's runner (``bepo_jax.agent.train.arms.run_arm``) on the experiment's seeds; each seed's numbers."""
     try:
         rows = runner.run_arm(base, arm, list(exp.seed_ids(seeds)), out, progress=progress, mesh=mesh)
     except ValueError as e:
@@ -500,8 +494,7 @@ def contrast_lines(contrasts: dict, waiting: list[str]) -> list[str]:
 
 def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pending: list[str], wall: float,
           results: Path, *, earlier: tuple = ()) -> str:
-    from experiments.bench_advantages import machine
-
+    
     summary = summarize(per_arm, exp.reference)
     contrasts = contrast_summary(per_arm, exp.contrasts)
     waiting = [c.name for c in exp.contrasts if c.name not in contrasts]
@@ -510,14 +503,14 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
     train_s = sum(sum(x["iteration_seconds"] for x in seeds) if is_host_env(base.env) else seeds[0]["iteration_seconds"]
                   for seeds in per_arm.values())
     held = {x.get("held_out_tasks") for seeds in per_arm.values() for x in seeds} - {None}
-    cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    cmd = command("claims")
     results.mkdir(parents=True, exist_ok=True)
     info = dict(experiment=name, title=exp.title, command=cmd, machine=machine(), scale=args.scale,
                 config=base.to_dict(), seeds=args.seeds, first_seed=exp.first_seed, reference=exp.reference,
                 wall_s=wall, iteration_seconds=train_s, pending=pending,
                 arms={a.label: arm_record(a) for a in exp.arms}, read_from_earlier_results=list(earlier),
                 summary=summary, contrasts=contrasts, pending_contrasts=waiting, per_seed=per_arm)
-    (results / f"{name}.json").write_text(json.dumps(info, indent=2))
+    write_json(results / f"{name}.json", info, indent=2)
     ref = exp.reference
     runs_cmd = " ".join(w for w in cmd.split() if w not in ("--report-only", "--quiet"))
     shown = f"`{runs_cmd}` (this report: `{cmd}`)" if args.report_only else f"`{cmd}`"
@@ -560,7 +553,7 @@ def write(name: str, exp: Experiment, base: RunConfig, args, per_arm: dict, pend
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--experiment", choices=sorted(EXPERIMENTS), default="e1")
     p.add_argument("--arms", default="", help="comma-separated arm labels (default: all of the experiment's)")
     p.add_argument("--seeds", type=int, default=None)
@@ -569,7 +562,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     p.add_argument("--groups", type=int, default=None, help="override the scale's groups per iteration (smoke runs)")
     p.add_argument("--eval-tasks", type=int, default=None, help="override the held-out task count (smoke runs)")
     p.add_argument("--distributed", action="store_true",
-                   help="join the multi-host runtime first (bepo_jax.rl.multihost.initialize)")
+                   help="join the multi-host runtime first (bepo_jax.agent.rl.multihost.initialize)")
     p.add_argument("--out", default=str(ROOT / "runs" / "claims"))
     p.add_argument("--results", default=str(ROOT / "experiments" / "results"))
     p.add_argument("--quiet", action="store_true")
@@ -590,13 +583,13 @@ def main(argv: Optional[list[str]] = None) -> dict:
     base = base_config(exp, scale_fields(args.scale, args.groups, args.eval_tasks), iterations)
     mesh = None
     if args.distributed:
-        from bepo_jax.rl.multihost import initialize
+        from bepo_jax.agent.rl.multihost import initialize
 
         initialize()
     if args.scale == "pod" and not is_host_env(base.env):
         import jax
 
-        from bepo_jax.sharding import make_mesh
+        from bepo_jax.credit.sharding import make_mesh
 
         if args.seeds % jax.device_count():
             raise SystemExit(f"--seeds={args.seeds} must be a multiple of the {jax.device_count()} devices at pod "

@@ -26,31 +26,26 @@ numbers, so differences between estimators are paired per batch. Per estimator a
 Every number is a mean over the batches +- the 95% Student-t half-width over the batches;
 "minus gated_bepo" is paired per batch. Results: ``experiments/results/collapse_escape.{json,md}``.
 
-    python experiments/collapse_escape.py                         # 8 batches x 3 updates
+    python -m experiments.collapse_escape                         # 8 batches x 3 updates
     # (44 min on 2 CPU cores, beside another experiment)
-    python experiments/collapse_escape.py --batches 2 --steps 1   # smoke
+    python -m experiments.collapse_escape --batches 2 --steps 1   # smoke
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bepo_jax.estimators.registry import get_estimator, make_config  # noqa: E402
-from bepo_jax.train import RunConfig, mean_ci  # noqa: E402
-from bepo_jax.train.setup import Setup, action_counts  # noqa: E402
-from experiments.claims import ESTIMATOR_ARMS, EXPERIMENTS  # noqa: E402
+from bepo_jax.agent.train import RunConfig, mean_ci
+from bepo_jax.agent.train.setup import Setup, action_counts
+from bepo_jax.credit.estimators.registry import get_estimator, make_config
+from experiments.claims import ESTIMATOR_ARMS, EXPERIMENTS
+from experiments.common import ROOT, command, machine, parser, write_json
 
 REFERENCE = "gated_bepo"
 
@@ -77,7 +72,7 @@ def credit_numbers(adv, actions, valid, success, mode: int) -> dict:
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--batches", type=int, default=8)
     p.add_argument("--seed", type=int, default=0, help="the E1-hard seed whose first update is the start")
     p.add_argument("--steps", type=int, default=3,
@@ -151,9 +146,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
                 s[f"{k}_minus_{REFERENCE}"] = mean_ci([r[k] - q[k] for r, q in zip(rs, rows[REFERENCE])])
         s["batches_pushed_out"] = int(sum(r["mode_share_change"] < 0 for r in rs))
         summary[label] = s
-    from experiments.bench_advantages import machine
-
-    info = dict(command="python " + " ".join(["experiments/collapse_escape.py"] + sys.argv[1:]), machine=machine(),
+    
+    info = dict(command=command("collapse_escape"), machine=machine(),
                 config=cfg.to_dict(), reference=REFERENCE, start=args.start, batches=args.batches,
                 mode=words[mode], steps=args.steps, mode_share_probe_before=float(share_before),
                 mode_share_run_iteration2=float(run_share[mode] / run_share.sum()),
@@ -161,7 +155,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
                 wall_s=time.perf_counter() - t0)
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
-    (results / "collapse_escape.json").write_text(json.dumps(info, indent=2))
+    write_json(results / "collapse_escape.json", info, indent=2)
     md = render(info)
     (results / "collapse_escape.md").write_text(md)
     print(md)

@@ -2,8 +2,8 @@
 
 Two steps, resumable (finished runs and finished evaluations are read, not repeated):
 
-    nice python experiments/confirmatory.py run   # each (arm, chunk of 4 seeds): train, then rescore on 128 + 512 levels
-    python experiments/confirmatory.py report     # experiments/results/confirmatory.{json,md,png}
+    nice python -m experiments.confirmatory run   # each (arm, chunk of 4 seeds): train, then rescore on 128 + 512 levels
+    python -m experiments.confirmatory report     # experiments/results/confirmatory.{json,md,png}
 
 ``replay --chunk C --iterations K`` trains chunk C's first K iterations again at the current
 commit and compares them with what the chunk recorded when it ran (the units ran over many
@@ -23,7 +23,6 @@ other seeds and another output (never part of the results).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import platform
@@ -34,15 +33,19 @@ import time
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bepo_jax.train import mean_ci, read_metrics  # noqa: E402
-from experiments import claims, rescore  # noqa: E402
-from experiments.readme_tables import (CLAIMS, chance_line, confirmatory_primary, paired_cell,  # noqa: E402
-                                       paper_cell, size_verdict)
+from bepo_jax.agent.train import mean_ci
+from experiments import claims, rescore
+from experiments.common import ROOT, command, parser, write_json
+from experiments.readme_tables import (
+    CLAIMS,
+    chance_line,
+    confirmatory_primary,
+    paired_cell,
+    paper_cell,
+    size_verdict,
+)
 
 EXPERIMENT = "confirmatory_runs"
 CHUNK = 4  # seeds per chunk: the unit that trains, is rescored and is kept
@@ -184,9 +187,9 @@ def replay(results: Path, c: int, arms: list[str], iterations: int, scratch: Pat
                 diffs[k] = max(float(np.abs(x - y).max()) for x, y in pairs)
         rows[arm] = {"stored_commit": commits.get((arm, c), "unknown"), "seeds": len(again),
                      "max_abs_difference": diffs}
-    out = {"command": f"python experiments/confirmatory.py replay --chunk {c} --iterations {iterations}",
+    out = {"command": command("confirmatory", ["replay", "--chunk", str(c), "--iterations", str(iterations)]),
            "commit": _commit(), "machine": platform.platform(), "chunk": c, "iterations": iterations, "arms": rows}
-    (results / f"replay_{c}.json").write_text(json.dumps(out, indent=1))
+    write_json(results / f"replay_{c}.json", out, indent=1)
     return out
 
 
@@ -275,7 +278,7 @@ def report(results: Path, chunks: int, out_results: Path) -> dict:
         table[k]["holm"] = {**h, "decision": decision(table[k]["fresh_512"], h)}
     curves = {a: _curves(per_seed[a], seeds) for a in per_seed}
     events = _events(results)
-    summary = dict(command="python experiments/confirmatory.py report", machine=platform.platform(),
+    summary = dict(command=command("confirmatory", ["report"]), machine=platform.platform(),
                    protocol="docs/confirmatory.md", seeds=seeds, arms=[a.label for a in exp.arms],
                    arms_done=[a for a in per_seed], rescored=[k for k, v in fresh.items() if v is not None],
                    primary=primary, family_complete=family_complete, alpha=ALPHA, contrasts=table, events=events,
@@ -286,7 +289,7 @@ def report(results: Path, chunks: int, out_results: Path) -> dict:
                    chunks=chunks, per_task_scores="experiments/results/confirmatory/confirmatory_runs_<c>_rescore.json "
                                                  "(runs/<run>/per_task)")
     out_results.mkdir(parents=True, exist_ok=True)
-    (out_results / "confirmatory.json").write_text(json.dumps(summary, indent=1))
+    write_json(out_results / "confirmatory.json", summary, indent=1)
     (out_results / "confirmatory.md").write_text(_markdown(summary))
     _plot(curves, out_results / "confirmatory.png")
     return summary
@@ -334,7 +337,7 @@ def _markdown(s: dict) -> str:
         lines.append(f"| {arm} | {g['first']:.2f} | {g['middle']:.2f} | {g['last']:.2f} |")
     if s.get("replays"):
         lines += ["", "## Replays: a chunk's first iterations trained again at a later commit", "",
-                  "`python experiments/confirmatory.py replay --chunk C --iterations K`: the largest absolute "
+                  "`python -m experiments.confirmatory replay --chunk C --iterations K`: the largest absolute "
                   "difference from what the chunk recorded, over its seeds and first K iterations (0: bit for bit).",
                   "", "| chunk | arm | recorded at | replayed at | K | " + " | ".join(REPLAY_COLUMNS) + " |",
                   "|---" * (5 + len(REPLAY_COLUMNS)) + "|"]
@@ -379,7 +382,7 @@ def _plot(curves: dict, path: Path) -> None:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__)
     p.add_argument("step", choices=("run", "report", "replay"))
     p.add_argument("--arms", default="", help="run: which of the protocol's arms to work on now "
                                                "(default: all, in the protocol's order)")

@@ -15,25 +15,21 @@ environments of each environment's mean over batches) and answers the three ques
 does the gate help, does the fixed point beat the Monte-Carlo values, which knob values
 give the best credit.
 
-    python experiments/credit_lab.py                 # ~20 min on 2 CPU cores (measured: 17 min)
-    python experiments/credit_lab.py --scale small   # ~4 min (fewer batches and groups)
-    python experiments/credit_lab.py --only key_door,bump --out /tmp/lab
+    python -m experiments.credit_lab                 # ~20 min on 2 CPU cores (measured: 17 min)
+    python -m experiments.credit_lab --scale small   # ~4 min (fewer batches and groups)
+    python -m experiments.credit_lab --only key_door,bump --out /tmp/lab
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bepo_jax.lab.quality import DEFAULT_SUITE, paired_difference  # noqa: E402
-from bepo_jax.lab.report import LAB_ENVS, SweepConfig, run_sweep, write_outputs  # noqa: E402
+from bepo_jax.lab.quality import DEFAULT_SUITE, paired_difference
+from bepo_jax.lab.report import LAB_ENVS, SweepConfig, run_sweep, write_outputs
+from experiments.common import ROOT, command, parser, write_json
 
 KNOBS = {
     "lam": [0.0, 0.25, 0.5, 0.75, 0.95, 1.0],
@@ -149,7 +145,7 @@ def summary_markdown(summary: dict, envs: list[str], command: str) -> str:
             base = np.nanmean([rows["default"][metric].get(e, np.nan) for e in envs])
             order = sorted((lab for lab in rows if lab not in ("default", "oracle")),
                            key=lambda lab: -np.nanmean([rows[lab][metric].get(e, np.nan) for e in envs]))
-            L.append(f"| default (lam 0.5, eta_gated 0.5, w 1, min_successors 2, history 0) | "
+            L.append("| default (lam 0.5, eta_gated 0.5, w 1, min_successors 2, history 0) | "
                      + " | ".join(_f(rows["default"][metric].get(e)) for e in envs) + f" | | {base:.3f} |")
             for lab in order:
                 d = rows[lab][f"{metric}_vs_default"]
@@ -202,7 +198,7 @@ def summary_markdown(summary: dict, envs: list[str], command: str) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, full=True)
     ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "credit_lab"))
     ap.add_argument("--scale", choices=list(SCALES), default="full")
     ap.add_argument("--only", default=",".join(LAB_ENVS), help="comma-separated lab environments")
@@ -211,20 +207,18 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     envs = [e for e in args.only.split(",") if e]
     out = Path(args.out)
-    command = "python experiments/credit_lab.py" + ("" if argv is None else " " + " ".join(argv))
-    if argv is None:
-        command = "python experiments/credit_lab.py " + " ".join(sys.argv[1:])
+    cmd = command("credit_lab", argv)
     results = {}
     for env in envs:
         results[env] = {}
         for name, cfg in sweeps(env, SCALES[args.scale], args.seed).items():
             d = out / env / name
             res = run_sweep(cfg, d, progress=not args.quiet)
-            write_outputs(res, d, command=command.strip() + f"  (sweep {env}/{name})")
+            write_outputs(res, d, command=cmd + f"  (sweep {env}/{name})")
             results[env][name] = res
     summary = summarize(results)
-    (out / "summary.json").write_text(json.dumps({"command": command.strip(), "envs": envs, **summary}, indent=1))
-    (out / "summary.md").write_text(summary_markdown(summary, envs, command.strip()))
+    write_json(out / "summary.json", {"command": cmd, "envs": envs, **summary}, indent=1)
+    (out / "summary.md").write_text(summary_markdown(summary, envs, cmd))
     print(f"wrote {out / 'summary.md'}")
     return 0
 

@@ -16,7 +16,7 @@ if [ "$QUICK" = 1 ]; then  # a dry run of the same script at tiny sizes (CPU)
 else
   A="--groups 16,256,3072,12288 --python-max-groups 0 --dense-max-groups 256"; E="--groups 8,256 --repeats 2"; S="--scale gpu"; BK=""  # JAX picks the GPU itself
 fi
-timeout ${T_ADV:-140} $PY experiments/bench_advantages.py $BK $A --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_advantages rc=$?"
-timeout ${T_TRAIN:-160} $PY experiments/bench_train_step.py $BK $S --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_train_step rc=$?"
-timeout ${T_ENV:-90} $PY experiments/bench_env_loop.py $BK $E --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_env_loop rc=$?"
+timeout ${T_ADV:-140} $PY -m experiments.bench_advantages $BK $A --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_advantages rc=$?"
+timeout ${T_TRAIN:-160} $PY -m experiments.bench_train_step $BK $S --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_train_step rc=$?"
+timeout ${T_ENV:-90} $PY -m experiments.bench_env_loop $BK $E --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_env_loop rc=$?"
 tail -n 40 "$OUT/run.log"

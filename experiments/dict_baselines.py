@@ -1,13 +1,13 @@
 """Efficient plain-Python GiGPO and Gated-BEPO: the baselines a careful Python programmer writes.
 
-``bepo_jax.reference`` transcribes the definitions literally (lists of records, a
+``bepo_jax.credit.reference`` transcribes the definitions literally (lists of records, a
 sweep over every edge, float64 everywhere) so that the tests can trust it; it is slow
 on purpose. These two are what a fair speed comparison needs instead: one pass over
 each group's records into hash maps (``dict``), per-state aggregates (mean edge reward,
 successor counts) so that a Jacobi sweep touches each distinct edge once, and the
 arrays turned into Python lists once (``tolist``). They compute the same numbers as the
 kernels' defaults (``experiments/bench_advantages.py`` checks each against the kernel
-before timing it; ``tests/test_bench_baselines.py`` against the reference).
+before timing it; ``tests/experiments/test_bench_baselines.py`` against the reference).
 
 Inputs: one batch as NumPy arrays ``(obs [B, K, T, 2], reward, mask, outcome, penalty)``,
 masks a prefix per trajectory. Outputs: advantages as float64 [B, K, T].

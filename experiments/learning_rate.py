@@ -10,27 +10,21 @@ paired change per seed against its start), the entropy of the sampled actions
 minimum and at the end, and how many seeds collapsed (one action above 90% of the sampled
 steps in some iteration) and when. Writes ``experiments/results/learning_rate.{json,md}``.
 
-    python experiments/learning_rate.py                      # 3 rates x 4 seeds, ~10 min on 2 CPU cores
-    python experiments/learning_rate.py --rates 3e-3 --seeds 2 --iterations 4   # smoke
+    python -m experiments.learning_rate                      # 3 rates x 4 seeds, ~10 min on 2 CPU cores
+    python -m experiments.learning_rate --rates 3e-3 --seeds 2 --iterations 4   # smoke
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bepo_jax.train import RunConfig, mean_ci  # noqa: E402
-from bepo_jax.train.arms import COLLAPSE, Arm, action_curves, run_arm  # noqa: E402
-from experiments.bench_advantages import machine  # noqa: E402
+from bepo_jax.agent.train import RunConfig, mean_ci
+from bepo_jax.agent.train.arms import COLLAPSE, Arm, action_curves, run_arm
+from experiments.common import ROOT, command, machine, parser, write_json, write_lines
 
 
 def seed_numbers(rows: list[dict]) -> dict:
@@ -43,7 +37,7 @@ def seed_numbers(rows: list[dict]) -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--rates", default="1e-3,3e-3,1e-2")
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--iterations", type=int, default=60)
@@ -64,12 +58,12 @@ def main(argv=None):
         table[lr] = {"per_seed": per_seed, "summary": summary}
         print(json.dumps({"lr": lr, **{k: v for k, v in summary.items()}}), flush=True)
     wall = time.perf_counter() - start
-    cmd = "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+    cmd = command("learning_rate")
     out = Path(args.results)
     out.mkdir(parents=True, exist_ok=True)
     info = dict(command=cmd, machine=machine(), seeds=args.seeds, iterations=args.iterations, collapse=COLLAPSE,
                 wall_s=wall, rates={f"{lr:g}": v for lr, v in table.items()})
-    (out / "learning_rate.json").write_text(json.dumps(info, indent=2))
+    write_json(out / "learning_rate.json", info, indent=2)
     f = lambda mh, d=3: "n/a" if np.isnan(mh[0]) else f"{mh[0]:.{d}f}" + ("" if np.isnan(mh[1]) else f" +- {mh[1]:.{d}f}")
     lines = ["# The default run's learning rate (RunConfig(); the earlier main job)", "", f"Command: `{cmd}`  ",
              f"Default Sokoban run (Gated-BEPO), {args.iterations} iterations, {args.seeds} seeds per rate "
@@ -84,7 +78,7 @@ def main(argv=None):
                      f"{f(s['train_change'])} | {f(s['entropy_first'], 2)} / {f(s['entropy_min'], 2)} / "
                      f"{f(s['entropy_last'], 2)} | {s['collapsed']}/{args.seeds}"
                      + (f" (iterations {', '.join(map(str, coll))})" if coll else "") + " |")
-    (out / "learning_rate.md").write_text("\n".join(lines) + "\n")
+    write_lines(out / "learning_rate.md", lines)
     print("\n".join(lines))
 
 

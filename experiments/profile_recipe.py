@@ -11,13 +11,12 @@ median of steady calls. Then the fused iteration under each run-axis layout
 (``runs_per_step`` 1, 2, 4 and every run vmapped). Writes
 experiments/results/profile_recipe.{json,md}.
 
-    python experiments/profile_recipe.py                 # S = 16 (the confirmatory run), ~10 min
-    python experiments/profile_recipe.py --seeds 4 --repeats 2   # a quick look
+    python -m experiments.profile_recipe                 # S = 16 (the confirmatory run), ~10 min
+    python -m experiments.profile_recipe --seeds 4 --repeats 2   # a quick look
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
@@ -25,15 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bepo_jax.train import RunConfig  # noqa: E402
-from bepo_jax.train.multiseed import SeedBatch  # noqa: E402
-from experiments.claims import MAIN_JOB  # noqa: E402
+from bepo_jax.agent.train import RunConfig
+from bepo_jax.agent.train.multiseed import SeedBatch
+from experiments.claims import MAIN_JOB
+from experiments.common import ROOT, command, parser, write_lines
 
 
 def timed(fn, *args, repeats: int):
@@ -105,7 +102,7 @@ def update_flops(cfg: RunConfig) -> dict:
     scoring shortcut runs the last layer from the prompt's last position only."""
     from flax import nnx
 
-    from bepo_jax.train.setup import Setup
+    from bepo_jax.agent.train.setup import Setup
 
     s = Setup(cfg.replace(seed=1000))
     leaves = jax.tree_util.tree_leaves_with_path(nnx.state(s.model, nnx.Param))
@@ -120,7 +117,7 @@ def update_flops(cfg: RunConfig) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__)
     p.add_argument("--seeds", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3, help="steady calls per part (median)")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
@@ -139,7 +136,7 @@ def main(argv=None) -> int:
             print(f"{r['part']:>45}: {r['steady_s']:.2f} s ({r['per_seed_s']:.3f} s per seed), compile "
                   f"{r['compile_s']:.0f} s", flush=True)
         layout_rows = layouts(cfg, seeds, args.repeats)
-        meta = dict(command=f"python experiments/profile_recipe.py --seeds {args.seeds} --repeats {args.repeats}",
+        meta = dict(command=command("profile_recipe", ["--seeds", str(args.seeds), "--repeats", str(args.repeats)]),
                     machine=f"{platform.platform()}, {jax.device_count()} {jax.default_backend()} device(s)",
                     jax=jax.__version__, seeds=args.seeds, config={**MAIN_JOB, "estimator": "gated_bepo"})
     work = update_flops(cfg)
@@ -173,7 +170,7 @@ def main(argv=None) -> int:
               "(~100-200 GFLOP/s peak). What is left to win is the padding: "
               f"{1 - work['valid_sequences'] / work['sequences']:.0%} of the sequences are steps after an "
               "episode ended."]
-    (out / "profile_recipe.md").write_text("\n".join(lines) + "\n")
+    write_lines(out / "profile_recipe.md", lines)
     return 0
 
 

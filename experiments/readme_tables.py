@@ -2,26 +2,23 @@
 
 Every table in the files of ``DOCS`` between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->``
 is generated here from a file under experiments/results/, so a README figure always
-equals its file. ``tests/test_readme_tables.py`` fails when they drift.
+equals its file. ``tests/experiments/test_readme_tables.py`` fails when they drift.
 
-    python experiments/readme_tables.py          # rewrite the tables in README.md and docs/
-    python experiments/readme_tables.py --check  # exit 1 if one of them differs
+    python -m experiments.readme_tables          # rewrite the tables in README.md and docs/
+    python -m experiments.readme_tables --check  # exit 1 if one of them differs
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from experiments.common import ROOT, parser
+
 RESULTS = ROOT / "experiments" / "results"
-if str(ROOT) not in sys.path:  # run as a script: the experiments package (warm_start's table) must import
-    sys.path.insert(0, str(ROOT))
 
 
 def _load(rel: str) -> dict:
@@ -191,7 +188,7 @@ def chance_line(n: int) -> str:
 
 def _paired(xs: list[dict], ys: list[dict], key: str) -> tuple[float, float]:
     """Mean +- 95% t over seeds of ``x[key] - y[key]``, seed by seed."""
-    from bepo_jax.train.report import mean_ci, paired_combination
+    from bepo_jax.agent.train.report import mean_ci, paired_combination
 
     return mean_ci(paired_combination([(xs, 1.0), (ys, -1.0)], lambda x: x[key]))
 
@@ -554,6 +551,23 @@ def _rescore(name: str) -> str:
     return "\n".join(rescore_contrasts(_load(f"{name}.json")))
 
 
+# the warm start's regime measures (warm_start.regime averages them per iteration)
+REGIME = (("gated_share", "records the gate admits"), ("out_degree", "distinct successors per state"),
+          ("mixed_share", "groups with mixed outcomes"))
+
+
+def regime_lines(reg: dict, at=(1, 15, 30)) -> list[str]:
+    head = " | ".join(f"{what}, iteration {it}" for key, what in REGIME for it in at)
+    lines = ["| arm | " + head + " |", "|---|" + "---|" * (len(REGIME) * len(at))]
+    for label, curves in reg.items():
+        cells = []
+        for key, _ in REGIME:
+            by_it = {int(x[0]): x for x in curves.get(key, [])}
+            cells += [f"{by_it[it][1]:.3f} ± {by_it[it][2]:.3f}" if it in by_it else "n/a" for it in at]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def warm_start_sentence(w: dict) -> str:
     """The warm start of experiments/warm_start.py in one sentence, from its ``sft.json`` ``w`` (the docs'
     table and the experiment's own report both say it this way)."""
@@ -573,8 +587,6 @@ def warm_start() -> str:
     lines = [warm_start_sentence(_load("warm_start/sft.json")), ""]
     if not (RESULTS / "warm_start.json").exists():
         return "\n".join(lines + ["No arm has finished yet (`experiments/results/warm_start.json` does not exist)."])
-    from experiments.warm_start import regime_lines
-
     regime = _load("warm_start.json").get("regime", {})
     return "\n".join(lines + [_arms("warm_start"), "", _claims("warm_start"), "",
                               "The regime per iteration (mean ± 95% t over seeds):", "", *regime_lines(regime)])
@@ -612,7 +624,7 @@ DOCS = ("README.md", "docs/results.md", "docs/benchmarks.md")
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = parser(__doc__, full=True)
     p.add_argument("--check", action="store_true", help="exit 1 if a file of DOCS differs from the rendered tables")
     args = p.parse_args(argv)
     stale = []
@@ -625,7 +637,7 @@ def main(argv=None) -> int:
             if not args.check:
                 path.write_text(new)
     if args.check and stale:
-        print(f"{', '.join(stale)}: tables differ from experiments/results; run python experiments/readme_tables.py")
+        print(f"{', '.join(stale)}: tables differ from experiments/results; run python -m experiments.readme_tables")
         return 1
     return 0
 

@@ -24,29 +24,47 @@ Every interval: mean +- 95% Student-t half-width over seeds; differences paired 
 of a seed share its tasks and initial policy). Resumable: each run's evaluation is written to the
 results file as it finishes and not repeated.
 
-    python experiments/rescore.py --experiment e2,e2_confirm --tasks 32 --name e2_rescore   # E2's two claims
-    python experiments/rescore.py --experiment e2 --arms grpo,gated_bepo --tasks 16 --name e2_grpo_16
+    python -m experiments.rescore --experiment e2,e2_confirm --tasks 32 --name e2_rescore   # E2's two claims
+    python -m experiments.rescore --experiment e2 --arms grpo,gated_bepo --tasks 16 --name e2_grpo_16
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bepo_jax.train import RunConfig, load_run, mean_ci, paired_combination, read_metrics  # noqa: E402
-from experiments.claims import (EXPERIMENTS, SCALES, Contrast, arm_config, arm_record, base_config,  # noqa: E402
-                                finished_run, fmt, scale_fields, seed_numbers, verdict)
-from experiments.readme_tables import points, rescore_contrasts, rescore_spans, task_counts  # noqa: E402
+from bepo_jax.agent.train import (
+    RunConfig,
+    load_run,
+    mean_ci,
+    paired_combination,
+    read_metrics,
+)
+from experiments.claims import (
+    EXPERIMENTS,
+    SCALES,
+    Contrast,
+    arm_config,
+    arm_record,
+    base_config,
+    finished_run,
+    fmt,
+    scale_fields,
+    seed_numbers,
+    verdict,
+)
+from experiments.common import ROOT, command, machine, parser
+from experiments.readme_tables import (
+    points,
+    rescore_contrasts,
+    rescore_spans,
+    task_counts,
+)
 
 RESCORE_KEY = 10_007  # the evaluations' sampling key (+ the seed): the runs' own used seed + iteration
 
@@ -196,7 +214,7 @@ def report(info: dict) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = parser(__doc__)
     p.add_argument("--experiment", required=True, help="claims experiments, comma-separated (their seeds pool)")
     p.add_argument("--arms", default=None, help="comma-separated arm labels (default: those every experiment has)")
     p.add_argument("--contrasts", default=None, help="comma-separated 'a-b' (default: the experiments' own)")
@@ -223,9 +241,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
                          f"{earlier.get('tasks')}); pass another --name to keep it.")
     runs = earlier.get("runs", {})
     games = Path(args.out) / ".textworld_games"  # one cache for every arm (a game's name holds its recipe)
-    cmd = " ".join(["python experiments/rescore.py", *(sys.argv[1:] if argv is None else argv)])
-    from experiments.bench_advantages import machine
-
+    cmd = command("rescore", argv)
+    
     start, spent = time.perf_counter(), earlier.get("wall_s", 0.0) if runs else 0.0
     seeds = {n: list(e.seed_ids(args.seeds or e.seeds)) for n, e in zip(names, exps)}
     scale = scale_fields(args.scale, args.groups, args.eval_tasks)

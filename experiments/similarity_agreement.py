@@ -7,7 +7,7 @@ observations, and its cost against exact merging.
    The reference partition is verl-agent's ``build_step_group(enable_similarity=True)``
    rule written out here: leader clustering in record order with
    ``SequenceMatcher(None, a, b).ratio() >= 0.95``. Against it: exact hashing, and
-   ``bepo_jax.similarity`` at several Jaccard thresholds. Per setting: the Rand index
+   ``bepo_jax.credit.similarity`` at several Jaccard thresholds. Per setting: the Rand index
    over the record pairs of each group (share of pairs on which "same cluster" agrees),
    precision and recall of the same-cluster pairs, clusters per group, time.
 2. **Cost.** ``merge_similar`` + GiGPO against GiGPO alone on groups of 8 x 50 records
@@ -16,33 +16,32 @@ observations, and its cost against exact merging.
 
 Writes ``experiments/results/similarity.{json,md}``.
 
-    python experiments/similarity_agreement.py            # ~6 min on 2 CPU cores
-    python experiments/similarity_agreement.py --quick
+    python -m experiments.similarity_agreement            # ~6 min on 2 CPU cores
+    python -m experiments.similarity_agreement --quick
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from difflib import SequenceMatcher
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-import bepo_jax as bj  # noqa: E402
-from bepo_jax.envs.text import ALPHABET, encode  # noqa: E402
-from bepo_jax.reference import ref_leader_clusters  # noqa: E402
-from bepo_jax.similarity import SimilarityConfig, merge_similar, similarity_clusters  # noqa: E402
-from experiments.bench_advantages import machine  # noqa: E402
+import bepo_jax as bj
+from bepo_jax.agent.envs.text import ALPHABET, encode
+from bepo_jax.credit.reference import ref_leader_clusters
+from bepo_jax.credit.similarity import (
+    SimilarityConfig,
+    merge_similar,
+    similarity_clusters,
+)
+from experiments.common import ROOT, command, machine, parser, write_json
 
 OBS_CHARS = 160
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -50,7 +49,7 @@ THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
 def collect_groups(games: int, k: int, steps: int, seed: int) -> list[list[list[str]]]:
     """groups[g][k] = the observations of trajectory k on game g (random admissible commands)."""
-    from bepo_jax.envs.textworld_env import TextWorldEnv, generate_games
+    from bepo_jax.agent.envs.textworld_env import TextWorldEnv, generate_games
 
     rng = np.random.default_rng(seed)
     paths = generate_games(games, Path(tempfile.gettempdir()) / "bepo_jax_similarity_games", seed=seed, rooms=4,
@@ -213,20 +212,20 @@ def markdown(res) -> str:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     a = p.parse_args()
     games, K, T = (4, 8, 10) if a.quick else (16, 8, 20)
     groups = collect_groups(games, K, T, seed=11)
-    res = dict(command="python experiments/similarity_agreement.py " + " ".join(sys.argv[1:]), machine=machine(),
+    res = dict(command=command("similarity_agreement"), machine=machine(),
                agreement_setup=f"{games} games (4 rooms, 4 objects, quest length 2), K = {K}, up to {T} steps, "
                                "random admissible commands",
                agreement=agreement(groups, K, T),
                cost=cost(groups, (16,) if a.quick else (16, 2500), 8, 50))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "similarity.json").write_text(json.dumps(res, indent=1))
+    write_json(out / "similarity.json", res, indent=1)
     (out / "similarity.md").write_text(markdown(res))
     print(markdown(res))
 

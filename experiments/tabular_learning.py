@@ -14,23 +14,19 @@ the median iteration reaching 90% success (and the share of seeds that reach it)
 paired difference of the area from GRPO's. Writes
 experiments/results/tabular_learning.{json,md,png}.
 
-    python experiments/tabular_learning.py                 # ~10 min on 2 CPU cores
-    python experiments/tabular_learning.py --quick         # 2 worlds, 3 estimators, 50 seeds
+    python -m experiments.tabular_learning                 # ~10 min on 2 CPU cores
+    python -m experiments.tabular_learning --quick         # 2 worlds, 3 estimators, 50 seeds
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bepo_jax.lab.learning import LearningConfig  # noqa: E402
-from bepo_jax.lab.learning_report import compact, markdown, plot, run, summarize  # noqa: E402
+from bepo_jax.lab.learning import LearningConfig
+from bepo_jax.lab.learning_report import compact, markdown, plot, run, summarize
+from experiments.common import ROOT, command, parser, write_json
 
 WORLDS = ("key_door", "bump", "aliased", "loop", "slippery", "sokoban")
 ESTIMATORS = ("grpo", "gigpo", "hgpo", "graphgpo", "gagpo", "g2po", "ladder_fp_added=bepo_nogate:eta_gated=1",
@@ -38,7 +34,7 @@ ESTIMATORS = ("grpo", "gigpo", "hgpo", "graphgpo", "gagpo", "g2po", "ladder_fp_a
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__)
     p.add_argument("--quick", action="store_true", help="2 worlds, 3 estimators, 50 seeds, 20 iterations")
     d = LearningConfig()
     p.add_argument("--seeds", type=int, default=d.seeds)
@@ -52,13 +48,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     res = run(worlds, ests, cfg)
     summary = summarize(res)
-    command = "python experiments/tabular_learning.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
-                                                         if (argv if argv is not None else sys.argv[1:]) else "")
+    cmd = command("tabular_learning", argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = "tabular_learning_quick" if args.quick else "tabular_learning"
-    (out / f"{name}.json").write_text(json.dumps({"command": command, **compact(res), "summary": summary}))
-    (out / f"{name}.md").write_text(markdown(res, summary, command, time.perf_counter() - t0))
+    write_json(out / f"{name}.json", {"command": cmd, **compact(res), "summary": summary}, indent=None)
+    (out / f"{name}.md").write_text(markdown(res, summary, cmd, time.perf_counter() - t0))
     plot(res, out / f"{name}.png")
     return 0
 

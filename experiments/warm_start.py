@@ -5,7 +5,7 @@ open for almost every record (96-99% at the start of the main job), so "the gate
 could only mean "the gate never closed". Real LLM agents start RL from a competent, peaked policy.
 This experiment makes one and runs the ladder from it:
 
-1. ``sft``: the warm start (``bepo_jax.train.sft``): the recipe's policy cloned from a noisy
+1. ``sft``: the warm start (``bepo_jax.agent.train.sft``): the recipe's policy cloned from a noisy
    shortest-path expert on 4096 generated levels of its own seed (10000: no RL seed's levels), the
    expert erring with a fixed wrong action at a share ``NOISE`` of the states (``corruption="state"``:
    a peaked clone with systematic mistakes, tuned so that it succeeds on about half the held-out
@@ -21,9 +21,9 @@ This experiment makes one and runs the ladder from it:
    share of records the gate admits, distinct successors per state, and the share of groups whose
    trajectories disagree on the outcome.
 
-    nice python experiments/warm_start.py sft          # once; kept in experiments/results/warm_start/
-    nice python experiments/warm_start.py run          # ~35 min per arm on 2 cores
-    python experiments/warm_start.py report
+    nice python -m experiments.warm_start sft          # once; kept in experiments/results/warm_start/
+    nice python -m experiments.warm_start run          # ~35 min per arm on 2 cores
+    python -m experiments.warm_start report
 
 Fixed before the first RL run (this file's commit): the warm start's settings, the arms, seeds,
 iterations and contrasts (``claims.EXPERIMENTS["warm_start"]``).
@@ -31,20 +31,18 @@ iterations and contrasts (``claims.EXPERIMENTS["warm_start"]``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bepo_jax.train import RunConfig, mean_ci  # noqa: E402
-from bepo_jax.train.sft import SFTConfig, sft  # noqa: E402
-from experiments import claims  # noqa: E402
+from bepo_jax.agent.train import RunConfig, mean_ci
+from bepo_jax.agent.train.sft import SFTConfig, sft
+from experiments import claims
+from experiments.readme_tables import REGIME, _claims, regime_lines, warm_start_sentence
+from experiments.common import ROOT, parser, write_json
 
 EXPERIMENT = "warm_start"
 SFT_SEED = 10_000  # the warm start's own levels and initialisation: no RL run uses this seed
@@ -69,8 +67,6 @@ PROBES = (
      "held-out 0.558 -> 0.571 / 0.587, training tasks unchanged: the warm start kept; the gate admitted 41-71% of "
      "records (1.4-1.7 successors per state), 0-25% of groups mixed; so 3e-4 for every arm"),
 )
-REGIME = (("gated_share", "records the gate admits"), ("out_degree", "distinct successors per state"),
-          ("mixed_share", "groups with mixed outcomes"))
 
 
 def warm_config() -> RunConfig:
@@ -101,7 +97,7 @@ def save_artifact(warm: Path, artifact: Path = ARTIFACT) -> Path:
     """Keep the warm start in the repository (run directories do not outlive a working session, and a
     supervised stage trained again on another machine need not give the same bits): its summary and its
     parameters (float32, compressed), so that every arm of every session starts from the same policy."""
-    from bepo_jax.train import load_run
+    from bepo_jax.agent.train import load_run
 
     _, state, _ = load_run(warm)
     artifact.mkdir(parents=True, exist_ok=True)
@@ -115,9 +111,9 @@ def restore_artifact(warm: Path, artifact: Path = ARTIFACT) -> None:
     when it is not there; the parameters are the stored ones, bit for bit."""
     import jax
 
-    from bepo_jax.rl.checkpoint import Checkpointer
-    from bepo_jax.train import rundir
-    from bepo_jax.train.setup import Setup
+    from bepo_jax.agent.rl.checkpoint import Checkpointer
+    from bepo_jax.agent.train import rundir
+    from bepo_jax.agent.train.setup import Setup
 
     if (warm / "sft.json").exists():
         return
@@ -134,7 +130,7 @@ def restore_artifact(warm: Path, artifact: Path = ARTIFACT) -> None:
         ckpt.save(0, state, {"iteration": 0, "config": cfg.to_dict(), "sft": info["sft"], "restored_from": str(artifact)})
     finally:
         ckpt.close()
-    (warm / "sft.json").write_text(json.dumps(info, indent=1))
+    write_json(warm / "sft.json", info, indent=1)
 
 
 def regime(per_arm: dict) -> dict:
@@ -152,31 +148,17 @@ def regime(per_arm: dict) -> dict:
     return out
 
 
-def regime_lines(reg: dict, at=(1, 15, 30)) -> list[str]:
-    head = " | ".join(f"{what}, iteration {it}" for key, what in REGIME for it in at)
-    lines = ["| arm | " + head + " |", "|---|" + "---|" * (len(REGIME) * len(at))]
-    for label, curves in reg.items():
-        cells = []
-        for key, _ in REGIME:
-            by_it = {int(x[0]): x for x in curves.get(key, [])}
-            cells += [f"{by_it[it][1]:.3f} ± {by_it[it][2]:.3f}" if it in by_it else "n/a" for it in at]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines
-
-
 def report(results: Path) -> None:
-    from experiments.readme_tables import _claims, warm_start_sentence
-
     info = json.loads((results / f"{EXPERIMENT}.json").read_text())
     warm = json.loads((ARTIFACT / "sft.json").read_text()) if (ARTIFACT / "sft.json").exists() \
         else info.get("warm_start")
     reg = regime(info["per_seed"])
     info["regime"], info["warm_start"] = reg, warm
-    (results / f"{EXPERIMENT}.json").write_text(json.dumps(info, indent=2))
+    write_json(results / f"{EXPERIMENT}.json", info, indent=2)
     md = (results / f"{EXPERIMENT}.md").read_text().split("\n## The regime")[0].rstrip()
     extra = ["", "## The regime: where the gate can close", ""]
     if warm:
-        extra += [f"{warm_start_sentence(warm)} (`bepo_jax.train.sft`; kept in `experiments/results/warm_start/`, "
+        extra += [f"{warm_start_sentence(warm)} (`bepo_jax.agent.train.sft`; kept in `experiments/results/warm_start/`, "
                   f"restored into `{claims.WARM_START_DIR}`.)", ""]
     extra += ["How it was chosen (probes run by hand on seed 1 before any arm ran; not part of the results):", "",
               *(f"- `{cmd}`: {what}" for cmd, what in PROBES), ""]
@@ -189,7 +171,7 @@ def report(results: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = parser(__doc__)
     p.add_argument("step", choices=("sft", "run", "report"))
     p.add_argument("--arms", default=",".join(a.label for a in claims.EXPERIMENTS[EXPERIMENT].arms))
     p.add_argument("--out", default=str(ROOT / "runs" / "claims"))
@@ -208,7 +190,7 @@ def main(argv=None) -> int:
         if (ARTIFACT / "sft.json").exists():
             restore_artifact(warm)
         if not (warm / "sft.json").exists():
-            raise SystemExit(f"no warm start in {claims.WARM_START_DIR}: run `python experiments/warm_start.py sft` "
+            raise SystemExit(f"no warm start in {claims.WARM_START_DIR}: run `python -m experiments.warm_start sft` "
                              "first.")
         for arm in args.arms.split(","):
             claims.main(["--experiment", EXPERIMENT, "--arms", arm, "--out", args.out, "--results", args.results,

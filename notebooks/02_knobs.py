@@ -60,9 +60,9 @@ import jax
 import matplotlib.pyplot as plt
 import bepo_jax as bj
 from bepo_jax import viz
-from bepo_jax.builders import Trajectory
+from bepo_jax.credit.builders import Trajectory
 from bepo_jax.demo import DEMO_GROUPS
-from bepo_jax.types import SUCCESS, FAILURE, TRUNCATED
+from bepo_jax.credit.types import SUCCESS, FAILURE, TRUNCATED
 from IPython.display import Markdown, display
 
 print("JAX", jax.__version__, "devices:", jax.devices())

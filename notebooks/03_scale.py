@@ -66,7 +66,7 @@ import jax
 import matplotlib.pyplot as plt
 import numpy as np
 import bepo_jax as bj
-from bepo_jax import sharding, viz
+from bepo_jax.credit import sharding, viz
 
 devices = jax.devices() if len(jax.devices()) >= 8 else jax.devices("cpu")
 print("JAX", jax.__version__, "devices:", len(devices), devices[0].platform)
@@ -126,7 +126,7 @@ plt.show()
 # %% [markdown]
 # ## A short training run
 #
-# `bepo_jax.train.train` is what `bepo-jax train` runs: rollouts of a small token policy
+# `bepo_jax.agent.train.train` is what `bepo-jax train` runs: rollouts of a small token policy
 # in JAX Sokoban (K = 8 per level), Gated-BEPO credit, a PPO update — one jitted program
 # per iteration. The defaults take about 4 minutes on a 2-core CPU; `BEPO_NB_ITERATIONS`
 # shortens it (CI runs 2).
@@ -134,7 +134,7 @@ plt.show()
 # %%
 import tempfile
 
-from bepo_jax.train import RunConfig, train
+from bepo_jax.agent.train import RunConfig, train
 
 iterations = int(os.environ.get("BEPO_NB_ITERATIONS", 60))
 small = iterations < 10

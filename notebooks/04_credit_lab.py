@@ -184,7 +184,7 @@ plt.show()
 # a peaked one (Boltzmann over Q* at the temperature that succeeds half the time: the
 # regime of a warm-started policy, where the gate can close). Bands: two standard errors
 # over seeds (about 95%).
-# The full study is `python experiments/tabular_learning.py` (docs/credit-lab.md).
+# The full study is `python -m experiments.tabular_learning` (docs/credit-lab.md).
 
 # %%
 from bepo_jax.lab.learning import LearningConfig, boltzmann_start, learning_curves

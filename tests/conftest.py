@@ -1,9 +1,7 @@
 import os
 
-import pytest
 from hypothesis import HealthCheck, settings
 
-from .helpers import E1_SMOKE
 
 # XLA_FLAGS, JAX_PLATFORMS and the persistent compilation cache: the repository's conftest.py.
 
@@ -42,15 +40,3 @@ def pytest_runtest_teardown(item, nextitem):
         import jax
 
         jax.clear_caches()
-
-
-@pytest.fixture(scope="session")
-def e1_smoke(tmp_path_factory):
-    """``E1_SMOKE`` trained by ``claims.main`` into ``<dir>/runs`` (results in ``<dir>/res``), once per
-    test worker: tests that use it carry ``xdist_group("e1_smoke")`` so that one worker trains it. Its runs
-    are shared: copy them where a test changes them."""
-    from experiments import claims
-
-    tmp = tmp_path_factory.mktemp("e1_smoke")
-    claims.main([*E1_SMOKE, "--out", str(tmp / "runs"), "--results", str(tmp / "res"), "--quiet"])
-    return tmp

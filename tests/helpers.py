@@ -45,8 +45,3 @@ def pairwise_params(combos: list[tuple]) -> list:
         uncovered -= pairs(combos[best])
     return [pytest.param(*c, marks=() if r in chosen else pytest.mark.exhaustive) for r, c in enumerate(combos)]
 
-
-# e1's grpo and gated_bepo at smoke size, as claims.py trains them (conftest's e1_smoke fixture): the claims
-# smoke test and the rescore tests read these runs (one training instead of two identical ones).
-E1_SMOKE = ["--experiment", "e1", "--arms", "grpo,gated_bepo", "--seeds", "2", "--iterations", "2", "--groups", "2",
-            "--eval-tasks", "4"]

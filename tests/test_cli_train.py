@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bepo_jax.cli import main
-from bepo_jax.train import RunConfig, read_metrics, train
+from bepo_jax.agent.train import RunConfig, read_metrics, train
 
 TINY = ["--iterations", "4", "--groups", "2", "--group-size", "2", "--max-steps", "3", "--width", "16", "--heads", "2",
         "--eval-tasks", "2", "--eval-every", "2", "--checkpoint-every", "2", "--task-pool", "4", "--quiet"]
@@ -132,7 +132,7 @@ def test_estimator_config_takes_the_estimators_own_config():
 
 def test_a_recipe_is_a_whole_config_and_flags_override_it():
     from bepo_jax.cli import _run_config, build_parser
-    from bepo_jax.train.recipes import recipe
+    from bepo_jax.agent.train.recipes import recipe
 
     args = build_parser().parse_args(["train", "--recipe", "main_job", "--iterations", "3"])
     assert _run_config(args) == recipe("main_job").replace(iterations=3)

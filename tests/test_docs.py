@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import xla_flags
+from tests.helpers import xla_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]

@@ -23,9 +23,9 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from ..hashing import hash_observation, hash_tokens
-from ..similarity import SimilarityConfig, merge_similar
-from ..types import NUM_OUTCOMES, StepBatch
+from ..credit.hashing import hash_observation, hash_tokens
+from ..credit.similarity import SimilarityConfig, merge_similar
+from ..credit.types import NUM_OUTCOMES, StepBatch
 
 
 @dataclasses.dataclass(frozen=True)

@@ -73,9 +73,9 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("bepo_jax.integrations.tunix needs google-tunix: pip install 'bepo-jax[tunix]' "
                       "(Python 3.12 with current JAX; see docs/tunix.md).") from e
 
-from ..estimators.registry import ESTIMATORS, make_config
-from ..similarity import SimilarityConfig
-from ..types import FAILURE, SUCCESS, TRUNCATED
+from ..credit.estimators.registry import ESTIMATORS, make_config
+from ..credit.similarity import SimilarityConfig
+from ..credit.types import FAILURE, SUCCESS, TRUNCATED
 from . import tunix_compat
 from .turns import (Turn, add_trajectory_reward, credit_for_groups, outcome_of, token_advantages)
 
@@ -361,7 +361,7 @@ class StepCreditConfig(agentic_grpo_learner.GRPOConfig):
             return SimilarityConfig(**self.similarity)
         except TypeError as e:
             raise ValueError(f"StepCreditConfig.similarity: {e}; the fields are those of "
-                             "bepo_jax.similarity.SimilarityConfig.") from None
+                             "bepo_jax.credit.similarity.SimilarityConfig.") from None
 
 
 # ----------------------------------------------------------------------------- learner
@@ -507,7 +507,7 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
             code = self._outcome_fn(trajectory)
             if isinstance(code, (bool, np.bool_)) or code not in (SUCCESS, FAILURE, TRUNCATED):
                 raise ValueError(f"outcome_fn returned {code!r}; return SUCCESS (0), FAILURE (1) or TRUNCATED (2) "
-                                 "from bepo_jax.types.")
+                                 "from bepo_jax.credit.types.")
             return int(code), False
         ending: Ending = trajectory["bepo_ending"]
         key = self.algo_config.success_key

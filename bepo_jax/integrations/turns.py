@@ -32,8 +32,8 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from ..estimators.registry import compute_advantages
-from ..types import FAILURE, SUCCESS, TRUNCATED
+from ..credit.estimators.registry import compute_advantages
+from ..credit.types import FAILURE, SUCCESS, TRUNCATED
 from .rows import _string_keys, from_rows, to_rows
 
 #: Endings that a limit, not the environment, chose: their trajectories are TRUNCATED.

@@ -6,7 +6,7 @@ measured against them (docs/credit-lab.md).
     report = credit_quality([model], [probs], DEFAULT_SUITE, LabConfig(group_size=8))
 """
 
-from .diagnostic import DIAGNOSTIC_ENVS, GraphWorld, make_diagnostic
+from ..agent.envs.diagnostic import DIAGNOSTIC_ENVS, GraphWorld, make_diagnostic
 from .exact import Evaluation, boltzmann_policy, evaluate, occupancy, optimal_q, softmax_policy, uniform_policy
 from .model import TabularModel, enumerate_states, obs_keys
 from .quality import DEFAULT_SUITE, EstimatorSpec, LabConfig, credit_quality, parse_spec, spec

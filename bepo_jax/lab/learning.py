@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._config import check_int, check_range
+from ..credit._config import check_int, check_range
 from .exact import boltzmann_policy, evaluate
 from .model import TabularModel
 from .quality import EstimatorSpec
@@ -128,7 +128,7 @@ def learning_curves(model: TabularModel, estimator: EstimatorSpec, init_logits, 
     tables = _tables(model)
     pad = np.zeros((tables.next_state.shape[0], model.num_actions), np.float32)
     pad[: model.num_states] = theta0
-    from ..estimators.registry import get_estimator
+    from ..credit.estimators.registry import get_estimator
 
     out = _run_jit(tables, jnp.asarray(pad), jax.random.PRNGKey(cfg.seed), get_estimator(estimator.name).kernel,
                    estimator.config(), seeds=cfg.seeds, num_groups=cfg.num_groups, group_size=cfg.group_size, horizon=int(model.horizon),

@@ -10,7 +10,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ..train.report import mean_ci
+from ..agent.train.report import mean_ci
 from .learning import LearningConfig, boltzmann_start, iterations_to, learning_curves
 from .quality import parse_spec
 from .report import lab_models

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Bool, Float, Int, UInt32
 
-from ..envs.base import JaxEnv, observation_keys
+from ..agent.envs.base import JaxEnv, observation_keys
 
 DEFAULT_MAX_STATES = 200_000
 

@@ -36,9 +36,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from .._config import check_int, check_range
-from ..estimators.registry import compute_advantages, make_config, parse_estimator_spec
-from ..types import SUCCESS, StepBatch
+from ..credit._config import check_int, check_range
+from ..credit.estimators.registry import compute_advantages, make_config, parse_estimator_spec
+from ..credit.types import SUCCESS, StepBatch
 from .exact import Evaluation, check_probs, evaluate
 from .model import TabularModel
 from .sample import sample_groups
@@ -273,7 +273,7 @@ def paired_difference(report: dict, a: str, b: str, metric: str = "pearson") -> 
 
 
 def _ci(values: Sequence[float]) -> dict:
-    from ..train import mean_ci
+    from ..agent.train import mean_ci
 
     v = [x for x in values if not (isinstance(x, float) and math.isnan(x))]
     mean, half = mean_ci(v)

@@ -17,8 +17,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .._config import check_int
-from .diagnostic import DIAGNOSTIC_ENVS, make_diagnostic
+from ..credit._config import check_int
+from ..agent.envs.diagnostic import DIAGNOSTIC_ENVS, make_diagnostic
 from .exact import boltzmann_policy, uniform_policy
 from .model import TabularModel, enumerate_states
 from .quality import DEFAULT_SUITE, ORACLE, EstimatorSpec, LabConfig, credit_quality, parse_spec
@@ -48,7 +48,7 @@ class SweepConfig:
 
     def __post_init__(self):
         n = "SweepConfig"
-        from ..envs.registry import check_env_name, is_host_env
+        from ..agent.envs.registry import check_env_name, is_host_env
 
         check_env_name(self.env)  # unknown names raise, listing the valid ones
         if is_host_env(self.env):
@@ -75,8 +75,8 @@ class SweepConfig:
 def lab_env(name: str):
     """A lab environment by name: a diagnostic world, a JAX environment of the registry, or an
     import path (``envs.registry.make_jax_env`` with the run defaults)."""
-    from ..envs.registry import make_jax_env
-    from ..train.config import RunConfig
+    from ..agent.envs.registry import make_jax_env
+    from ..agent.train.config import RunConfig
 
     return make_diagnostic(name) if name in DIAGNOSTIC_ENVS else make_jax_env(name, RunConfig())
 

@@ -2,7 +2,7 @@
 
 B groups of K trajectories start at ``model.start``; at each step a ~ pi(. | s), the
 branch m ~ p(. | s, a), and the record is (obs_key[s], r(s, a, m), valid) exactly as
-``bepo_jax.rollout`` writes it (the same observation hash, the same outcome rule:
+``bepo_jax.agent.rollout`` writes it (the same observation hash, the same outcome rule:
 ``types.outcome_codes``). The sampler also returns what the rollouts do not know: the
 hidden state index and the step's time, so every record can be matched with its exact
 advantage A^pi[t, s, a].
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int
 
-from ..types import StepBatch, outcome_codes
+from ..credit.types import StepBatch, outcome_codes
 from .exact import check_probs
 from .model import TabularModel, padded_index
 
@@ -104,7 +104,7 @@ def sample_groups(model: TabularModel, probs, key, *, num_groups: int, group_siz
 def group_trajectories(sampled: Sampled, group: int, labels) -> list:
     """Group ``group`` of a sample as ``builders.Trajectory`` objects (for ``viz``), each
     observation named by ``labels[state]`` (e.g. a ``GraphWorld``'s ``views``)."""
-    from ..builders import Trajectory
+    from ..credit.builders import Trajectory
 
     out = []
     mask = np.asarray(sampled.batch.mask[group])

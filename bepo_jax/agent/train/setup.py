@@ -1,0 +1,227 @@
+"""A run's pieces: environment, policy, trainer, and the iteration as pure functions.
+
+    for it in 1..iterations:
+        tasks  <- B tasks from the training pool (K trajectories each, identical resets)
+        rollout -> StepBatch (+ tokens, masks, old log-probs)
+        A      <- estimator(StepBatch)              (per step, broadcast to response tokens)
+        state  <- Trainer update (PPO clip, AdamW)
+
+For JAX environments (Sokoban, the maze, a registered one) the task draw, the rollout,
+the advantages and the update are ONE jitted program per iteration (PureJaxRL style);
+for host environments (TextWorld) the host loop rolls out and one jitted program
+computes the advantages and the update.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from ..envs.registry import is_host_env, make_host_env, make_jax_env
+from ..envs.text import VOCAB
+from ...credit.estimators.registry import get_estimator, make_config
+from ..models import DecoderLM, TransformerConfig
+from ..rl.loss import PPOLossConfig
+from ..rl.train_step import TrainConfig, Trainer, TrainState, UpdateBatch
+from ..rollout import Rollout, RolloutConfig, make_rollout, prompt_length
+from ...credit.tokens import to_token_advantages
+from .config import EVAL_SEED_OFFSET, RunConfig
+from .init_from import load_initial_params
+from .report import mean_ci
+
+MIN_RESPONSE = 8  # response tokens at least (the action word and its EOS must fit)
+
+
+class Setup:
+    """The environment, policy, trainer and rollout functions of a run config."""
+
+    def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None, env=None):
+        """``env``: a JaxEnv instance to use instead of building ``cfg.env`` (the name is
+        then only a label in ``config.json``)."""
+        self.cfg = cfg
+        self.host = env is None and is_host_env(cfg.env)
+        if self.host:
+            self.env = make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET)
+            word, pool, self.max_steps = self.env.word_width, self.env.pool, self.env.max_steps
+            self.train_tasks = self.env.train_tasks
+            self.eval_pool = self.env.held_out(cfg.eval_tasks)
+            P = prompt_length(self.env.obs_len, cfg.prompt_history, word, self.env.task_len)
+        else:
+            self.env = env if env is not None else make_jax_env(cfg.env, cfg)
+            word = max(len(w) for w in self.env.action_words)
+            P = prompt_length(self.env.obs_len, cfg.prompt_history, word)
+            self.max_steps = self.env.max_steps
+            pool = cfg.task_pool or 32
+            self.train_tasks = self.env.sample_tasks(pool, cfg.seed)
+            self.eval_pool = self.env.sample_tasks(cfg.eval_tasks, cfg.seed + EVAL_SEED_OFFSET)
+        # The response holds the longest action word (or command) and its EOS (at least MIN_RESPONSE tokens).
+        self.rollout_cfg = RolloutConfig(group_size=cfg.group_size, prompt_history=cfg.prompt_history,
+                                         temperature=cfg.temperature, constrained=cfg.constrained,
+                                         invalid_penalty=cfg.invalid_penalty, max_response=max(MIN_RESPONSE, word + 1))
+        self.pool_size = pool
+        self.model = DecoderLM(TransformerConfig(vocab=VOCAB, layers=cfg.layers, width=cfg.width, heads=cfg.heads,
+                                                 head_init_scale=cfg.head_init_scale,
+                                                 context=P + self.rollout_cfg.max_response), rngs=nnx.Rngs(cfg.seed))
+        self.trainer = Trainer(self.model, TrainConfig(
+            learning_rate=cfg.learning_rate, total_steps=cfg.iterations, ppo_epochs=cfg.ppo_epochs,
+            num_minibatches=cfg.num_minibatches, loss=PPOLossConfig(entropy_coef=cfg.entropy_coef), seed=cfg.seed,
+            score_from=P - 1))  # the rollouts' responses start at position P (prompt + response layout)
+        self.estimator = get_estimator(cfg.estimator)
+        self.est_cfg = make_config(cfg.estimator, **cfg.estimator_config)
+        if self.host:
+            from ..host_rollout import make_host_rollout
+
+            self.rollout = make_host_rollout(self.model, config=self.rollout_cfg, **self.env.rollout_args())
+        else:
+            self.rollout = make_rollout(self.model, self.env, self.rollout_cfg)
+        self._iteration = None  # jitted on first use
+        self._update = None
+        self._eval = None
+
+    def init_state(self) -> TrainState:
+        """The run's first state: the trainer's fresh state, with the parameters of
+        ``cfg.init_from`` when it names a warm start (``train.init_from``)."""
+        state = self.trainer.init_state()
+        return load_initial_params(self.cfg, self.trainer, state) if self.cfg.init_from else state
+
+    # -- one iteration ------------------------------------------------------------------
+    def advantages(self, batch):
+        """The estimator's output on a StepBatch (per group: any number of groups)."""
+        return self.estimator.kernel(batch, self.est_cfg)
+
+    def _learn(self, state: TrainState, ro: Rollout):
+        """Advantages of the rollout, the update, and the iteration's metrics (traceable)."""
+        return self.learn_from(state, ro, self.advantages(ro.batch))
+
+    def learn_from(self, state: TrainState, ro: Rollout, out):
+        """The update and the iteration's metrics given the estimator's output (traceable)."""
+        adv = to_token_advantages(out.advantage, ro.response_mask)
+        L = ro.tokens.shape[-1]
+        flat = lambda x: x.reshape(-1, L)
+        state, m = self.trainer.update_fn(state, UpdateBatch(flat(ro.tokens), flat(ro.mask), flat(ro.response_mask),
+                                                             flat(ro.old_logp), flat(adv)))
+        valid = ro.batch.mask
+        m = dict(m)
+        m["success_rate"] = jnp.mean(ro.success.astype(jnp.float32))
+        # groups whose trajectories disagree on the outcome: where outcome credit says anything at all
+        wins = jnp.sum(ro.success.astype(jnp.int32), axis=-1)
+        m["groups/mixed_share"] = jnp.mean(((wins > 0) & (wins < ro.success.shape[-1])).astype(jnp.float32))
+        m["return"] = jnp.mean(jnp.sum(ro.batch.reward, axis=-1))
+        m["invalid_rate"] = jnp.sum((ro.actions < 0) & valid) / jnp.maximum(jnp.sum(valid), 1)
+        m["episode_length"] = jnp.mean(jnp.sum(valid, axis=-1).astype(jnp.float32))
+        m["env_steps"] = jnp.sum(valid)
+        m["step_advantage_std"] = jnp.std(jnp.where(valid, out.advantage, 0.0))
+        m["step_advantage_abs_max"] = jnp.max(jnp.abs(jnp.where(valid, out.advantage, 0.0)))
+        if not self.host:  # the sampled actions: a collapsing policy shows here, not in the token entropy
+            words = self.env.action_words
+            counts = action_counts(ro.actions, valid, len(words))
+            share = counts / jnp.maximum(jnp.sum(counts), 1.0)
+            m["actions/entropy"] = -jnp.sum(jnp.where(share > 0, share * jnp.log(jnp.where(share > 0, share, 1.0)), 0.0))
+            for a, w in enumerate(words):
+                m[f"actions/share_{w}"] = share[a]
+        diag = getattr(out, "diagnostics", None)
+        if diag is not None:
+            m["graph/states"] = jnp.mean(diag.num_states.astype(jnp.float32))
+            m["graph/gated_share"] = jnp.mean(diag.gated_share)
+            m["graph/out_degree"] = jnp.mean(diag.mean_out_degree)  # distinct successors per state
+            m["graph/iterations_mean"] = jnp.mean(diag.iterations.astype(jnp.float32))
+            m["graph/iterations_max"] = jnp.max(diag.iterations).astype(jnp.float32)
+            m["graph/converged_share"] = jnp.mean(diag.converged.astype(jnp.float32))
+            m["graph/overflow_share"] = jnp.mean(diag.overflow.astype(jnp.float32))
+        invalid = diag.invalid if diag is not None else getattr(out, "invalid", None)
+        if invalid is not None:
+            m["invalid_groups"] = jnp.sum(invalid != 0).astype(jnp.float32)
+        return state, m
+
+    def _draw(self, key):
+        idx = jax.random.choice(key, self.pool_size, (self.cfg.groups,), replace=self.pool_size < self.cfg.groups)
+        return idx
+
+    def iteration_key(self, it: int):
+        """The PRNG key of iteration ``it`` (task draw and rollout), from the run's seed."""
+        return jax.random.fold_in(jax.random.PRNGKey(self.cfg.seed), it)
+
+    def rollout_fn(self, state: TrainState, tasks, key) -> Rollout:
+        """The iteration's rollout (JAX environments): draw B of ``tasks`` with ``key``'s
+        first half, roll them out with its second."""
+        k_task, k_roll = jax.random.split(key)
+        chosen = jax.tree_util.tree_map(lambda x: x[self._draw(k_task)], tasks)
+        return self.rollout(state.params, chosen, k_roll)
+
+    def iteration_fn(self, state: TrainState, tasks, key):
+        """One fused iteration as a pure function (JAX environments): draw B of ``tasks``,
+        roll out, compute advantages, update. Traceable (``multiseed`` vmaps its parts)."""
+        return self._learn(state, self.rollout_fn(state, tasks, key))
+
+    def iterate(self, state: TrainState, it: int):
+        """One iteration: (state, metrics as floats)."""
+        key = self.iteration_key(it)
+        if not self.host:
+            if self._iteration is None:
+                self._iteration = jax.jit(self.iteration_fn, donate_argnums=(0,))
+                self._tasks = jax.tree_util.tree_map(jnp.asarray, self.train_tasks)
+            state, m = self._iteration(state, self._tasks, key)
+        else:
+            k_task, k_roll = jax.random.split(key)
+            idx = np.asarray(self._draw(k_task))
+            ro = self.rollout(state.params, [self.train_tasks[i] for i in idx], k_roll)
+            if self._update is None:
+                self._update = jax.jit(self._learn, donate_argnums=(0,))
+            state, m = self._update(state, ro)
+        return state, {k: float(v) for k, v in jax.device_get(m).items()}
+
+    def held_out_tasks(self, n: int):
+        """The run's first ``n`` held-out tasks (TextWorld: game paths; JAX environments: a pytree
+        of arrays), drawn with ``seed + EVAL_SEED_OFFSET``; ``eval_pool`` holds the first ``eval_tasks``."""
+        if n == self.cfg.eval_tasks:
+            return self.eval_pool
+        if self.host:
+            return self.env.held_out(n)
+        return self.env.sample_tasks(n, self.cfg.seed + EVAL_SEED_OFFSET)
+
+    def eval_pool_for(self, *, n_tasks: Optional[int] = None, training: bool = False):
+        """The tasks an evaluation runs on (JAX environments: a pytree of arrays): the first
+        ``n_tasks`` (default ``eval_tasks``) training tasks, or held-out tasks."""
+        n = n_tasks or self.cfg.eval_tasks
+        if training:
+            pool = jax.tree_util.tree_map(lambda x: x[: min(n, self.pool_size)], self.train_tasks)
+        else:
+            pool = self.held_out_tasks(n)
+        return jax.tree_util.tree_map(jnp.asarray, pool)
+
+    def evaluate(self, params, *, n_tasks: Optional[int] = None, seed: int = 0, training: bool = False) -> dict:
+        """Success rate of the policy (K samples per task at the run's temperature) on
+        ``n_tasks`` (default ``eval_tasks``) held-out tasks, or on the first ``n_tasks``
+        training tasks (``training``; at most the pool). TextWorld's held-out games are the
+        first ``n_tasks`` of the run's held-out sequence (generated when not cached)."""
+        key = jax.random.PRNGKey(seed)
+        if self.host:
+            n = n_tasks or self.cfg.eval_tasks
+            ro = self.rollout(params, self.train_tasks[:n] if training else self.held_out_tasks(n), key)
+        else:
+            if self._eval is None:
+                self._eval = jax.jit(self.rollout)
+            ro = self._eval(params, self.eval_pool_for(n_tasks=n_tasks, training=training), key)
+        return evaluation(ro.success, ro.batch.reward)
+
+
+def action_counts(actions, valid, n_actions: int):
+    """How often each of ``n_actions`` actions was sampled on the valid steps (float32
+    [n_actions]; invalid parses, -1, count for none). Traceable."""
+    hits = (actions[..., None] == jnp.arange(n_actions)) & valid[..., None]
+    return jnp.sum(hits, axis=tuple(range(valid.ndim))).astype(jnp.float32)
+
+
+def evaluation(success, reward) -> dict:
+    """An evaluation's numbers from its rollout: success [tasks, K], reward [tasks, K, T]."""
+    s = np.asarray(success, np.float64)
+    per_task = s.mean(axis=1)
+    ci = mean_ci(per_task)[1]
+    return {"success_rate": float(s.mean()), "tasks": int(s.shape[0]), "ci95": 0.0 if math.isnan(ci) else ci,
+            "return": float(np.asarray(reward).sum(-1).mean()), "per_task": [float(x) for x in per_task]}

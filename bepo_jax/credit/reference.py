@@ -1,0 +1,419 @@
+"""Plain NumPy / Python-loop reference implementations of the estimators (docs/estimators.md).
+
+Deliberately written as the definitions read — dicts keyed by observation, loops
+over records, float64 — and independent of the package's kernels: the tests check
+every kernel against these, and ``experiments/bench_advantages.py`` times them. Slow
+by design; not for training. Each function takes one batch as NumPy arrays
+``(obs [B, K, T, 2], reward, mask, outcome, penalty)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+N_OUT = 3
+FP_SCALE_NOISE = 16.0                       # as bepo_jax.credit.estimators.bepo
+TOL_FLOOR = 8 * float(np.finfo(np.float32).eps)  # as bepo_jax.credit.fixed_point
+HGPO_RESIDUE = 16 * float(np.finfo(np.float32).eps)  # as bepo_jax.credit.estimators.hgpo (RESIDUE_ULPS)
+
+
+def _std(values, ddof):
+    n = len(values)
+    if n - ddof <= 0:
+        return 0.0
+    mu = sum(values) / n
+    return math.sqrt(sum((v - mu) ** 2 for v in values) / (n - ddof))
+
+
+def _ddof(std):
+    return {"unbiased": 1, "population": 0}[std]
+
+
+def lengths(mask):
+    return [int(m.sum()) for m in mask]
+
+
+def ref_returns(rewards, gamma):
+    out, run = [0.0] * len(rewards), 0.0
+    for t in reversed(range(len(rewards))):
+        run = rewards[t] + gamma * run
+        out[t] = run
+    return out
+
+
+def ref_outcome(reward, penalty, mask, *, norm, weighting, std, eps):
+    """docs/estimators.md, outcome advantage for one group [K, T]."""
+    K, T = mask.shape
+    L = lengths(mask)
+    R = [float(sum(reward[k, : L[k]])) for k in range(K)]
+    if weighting == "step":
+        pool = [R[k] + float(penalty[k, t]) for k in range(K) for t in range(L[k])]
+    else:
+        pool = [R[k] for k in range(K) if L[k] > 0]
+    out = np.zeros((K, T))
+    if not pool:
+        return out
+    if len(pool) == 1:
+        mu, sd = 0.0, 1.0
+    else:
+        mu, sd = sum(pool) / len(pool), _std(pool, _ddof(std))
+    for k in range(K):
+        for t in range(L[k]):
+            p = float(penalty[k, t])
+            if weighting == "step" or norm == "mean":
+                s = R[k] + p
+                out[k, t] = s - mu if norm == "mean" else (s - mu) / (sd + eps)
+            else:  # trajectory statistics: the returns normalised, the penalty added in reward units
+                out[k, t] = (R[k] - mu) / (sd + eps) + p
+    return out
+
+
+def ref_step_groups(values, keys, mask, *, norm, std, eps):
+    """GiGPO's A^S: normalise values within equal-key groups; singletons -> 0."""
+    K, T = mask.shape
+    groups = defaultdict(list)
+    for k in range(K):
+        for t in range(int(mask[k].sum())):
+            groups[tuple(keys[k, t])].append((k, t))
+    out = np.zeros((K, T))
+    for members in groups.values():
+        if len(members) == 1:
+            continue
+        vals = [values[k][t] for k, t in members]
+        mu, sd = sum(vals) / len(vals), _std(vals, _ddof(std))
+        for (k, t), v in zip(members, vals):
+            out[k, t] = v - mu if norm == "mean" else (v - mu) / (sd + eps)
+    return out
+
+
+def ref_grpo(batch_np, *, norm, weighting, std, eps):
+    obs, reward, mask, outcome, penalty = batch_np
+    return np.stack([ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+                     for b in range(mask.shape[0])])
+
+
+def ref_gigpo(batch_np, *, gamma, omega, norm, weighting, std, eps):
+    obs, reward, mask, outcome, penalty = batch_np
+    out = []
+    for b in range(mask.shape[0]):
+        K, T = mask[b].shape
+        L = lengths(mask[b])
+        a_ep = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        y = [[g + float(penalty[b][k, t]) for t, g in enumerate(ref_returns(list(map(float, reward[b][k, : L[k]])), gamma))]
+             for k in range(K)]
+        a_st = ref_step_groups(y, obs[b], mask[b], norm=norm, std=std, eps=eps)
+        out.append(a_ep + omega * a_st)
+    return np.stack(out)
+
+
+def ref_hgpo(batch_np, *, history_length, length_weight_alpha, base_group, norm, gamma, eps):
+    """HGPO as the verl-agent recipe loops it: groups keyed by (k, last k observations)."""
+    obs, reward, mask, outcome, penalty = batch_np
+    out = []
+    for b in range(mask.shape[0]):
+        K, T = mask[b].shape
+        L = lengths(mask[b])
+        y = [[g + float(penalty[b][k, t]) for t, g in enumerate(ref_returns(list(map(float, reward[b][k, : L[k]])), gamma))]
+             for k in range(K)]
+        base = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting="step", std="unbiased", eps=eps)
+        clusters = defaultdict(list)
+        for k in range(K):
+            hist = [tuple(obs[b][k, t]) for t in range(L[k])]
+            for t in range(L[k]):
+                for lev in range(1, min(history_length + 1, t + 1) + 1):
+                    clusters[(lev, tuple(hist[t - lev + 1: t + 1]))].append((k, t))
+        items = defaultdict(list)
+        for (lev, _), members in clusters.items():
+            if len(members) < 2:
+                continue
+            vals = [y[k][t] for k, t in members]
+            mu, sd = sum(vals) / len(vals), _std(vals, 0)
+            for (k, t), v in zip(members, vals):
+                # exact zeros: as the kernel's documented rule, a deviation within 16 float32 ulps
+                # of |v| + |mu| is the residue of a 0 (docs/estimators.md, HGPO)
+                dev = 0.0 if abs(v - mu) <= HGPO_RESIDUE * (abs(v) + abs(mu)) else v - mu
+                items[(k, t)].append((lev, dev if norm == "mean" else dev / (sd + eps)))
+        R = [float(sum(reward[b][k, : L[k]])) for k in range(K)]
+        pool = [R[k] + float(penalty[b][k, t]) for k in range(K) for t in range(L[k])]
+        mu_pool = sum(pool) / len(pool) if pool else 0.0
+        adv = np.zeros((K, T))
+        for k in range(K):
+            for t in range(L[k]):
+                s = R[k] + float(penalty[b][k, t])
+                base_residue = len(pool) > 1 and abs(s - mu_pool) <= HGPO_RESIDUE * (abs(s) + abs(mu_pool))
+                its = ([(0, 0.0 if base_residue else base[k, t])] if base_group else []) + items[(k, t)]
+                its = [(lev, a) for lev, a in its if a != 0]
+                if its:
+                    w = [(lev + 1) ** length_weight_alpha for lev, _ in its]
+                    adv[k, t] = sum(wi * a for wi, (_, a) in zip(w, its)) / (sum(w) + eps)
+        out.append(adv)
+    return np.stack(out)
+
+
+# ----------------------------------------------------------------------------- BEPO
+
+
+def ref_graph(obs, mask, outcome, r):
+    """Edges of one group: {state: [(r, successor)]}; END nodes are ("END", o)."""
+    K, T = mask.shape
+    L = lengths(mask)
+    edges = defaultdict(list)
+    for k in range(K):
+        for t in range(L[k]):
+            s = tuple(obs[k, t])
+            nxt = tuple(obs[k, t + 1]) if t + 1 < L[k] else ("END", int(outcome[k]))
+            edges[s].append((float(r[k, t]), nxt))
+    return edges
+
+
+def ref_values(edges, mc_init, gamma, *, tol, max_iters, exact):
+    """Jacobi from the MC init with the stopping rule of docs/solvers.md, or an exact float64 solve."""
+    states = list(edges)
+    if exact:
+        idx = {s: i for i, s in enumerate(states)}
+        A = np.eye(len(states))
+        rhs = np.zeros(len(states))
+        for s, es in edges.items():
+            for r, nxt in es:
+                rhs[idx[s]] += r / len(es)
+                if nxt in idx:
+                    A[idx[s], idx[nxt]] -= gamma / len(es)
+        sol = np.linalg.solve(A, rhs) if states else np.zeros(0)
+        return {s: sol[idx[s]] for s in states}, None, True
+
+    def sweep(v):
+        return {s: sum(r + gamma * v.get(nxt, 0.0) for r, nxt in es) / len(es) for s, es in edges.items()}
+
+    def small(new, old):
+        if not new:
+            return True
+        scale = 1.0 + max(abs(x) for x in new.values())
+        return max(abs(new[s] - old[s]) for s in new) <= tol * scale
+
+    v = dict(mc_init)
+    done = small(sweep(v), v)
+    k = 0
+    while not done and k < max_iters:
+        new = sweep(v)
+        done = small(new, v)
+        v = new
+        k += 1
+    return v, k, done
+
+
+def ref_gated_bepo(batch_np, *, gamma, lam, w, eta_gated, norm, weighting, std, eps, min_successors,
+                   gate_on, tol, max_iters, exact=False, gate_all=False):
+    """docs/estimators.md, Gated-BEPO for every group; returns a dict of [B, K, T] arrays and per-group lists."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    res = {n: np.zeros((B, K, T)) for n in ("advantage", "value", "a_fp", "a_out", "td", "gate")}
+    res["iterations"], res["converged"], res["num_states"] = [], [], []
+    for b in range(B):
+        L = lengths(mask[b])
+        r = np.where(mask[b], (reward[b] + penalty[b]).astype(np.float32), 0.0).astype(np.float64)
+        edges = ref_graph(obs[b], mask[b], outcome[b], r)
+        G = {k: ref_returns(list(r[k, : L[k]]), gamma) for k in range(K)}
+        mc = defaultdict(list)
+        for k in range(K):
+            for t in range(L[k]):
+                mc[tuple(obs[b][k, t])].append(G[k][t])
+        mc_init = {s: sum(v) / len(v) for s, v in mc.items()}
+        V, iters, conv = ref_values(edges, mc_init, gamma, tol=tol, max_iters=max_iters, exact=exact)
+        res["iterations"].append(iters)
+        res["converged"].append(conv)
+        res["num_states"].append(len(edges))
+        if gate_on == "successor":
+            n_succ = {s: len({nxt for _, nxt in es}) for s, es in edges.items()}
+        else:
+            n_succ = {s: len(set(es)) for s, es in edges.items()}
+        a_out = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        gated_fp = []
+        for k in range(K):
+            deltas = []
+            for t in range(L[k]):
+                s = tuple(obs[b][k, t])
+                nxt = tuple(obs[b][k, t + 1]) if t + 1 < L[k] else None
+                v_next = V[nxt] if nxt is not None else 0.0
+                deltas.append(r[k, t] + gamma * v_next - V[s])
+                res["value"][b, k, t] = V[s]
+                res["td"][b, k, t] = deltas[-1]
+                res["gate"][b, k, t] = gate_all or n_succ[s] >= min_successors
+            acc = 0.0
+            for t in reversed(range(L[k])):
+                acc = deltas[t] + gamma * lam * acc
+                res["a_fp"][b, k, t] = acc
+                if res["gate"][b, k, t]:
+                    gated_fp.append(acc)
+        if norm == "mean_std":
+            # residue rule: a gated spread within the fixed point's tolerance is not rescaled
+            sd = _std(gated_fp, _ddof(std)) if len(gated_fp) > 1 else 0.0
+            noise = FP_SCALE_NOISE * max(tol, TOL_FLOOR) * (1.0 + max((abs(v) for v in V.values()), default=0.0))
+            scale = (sd if len(gated_fp) > 1 and sd > noise else 1.0) + eps
+        else:
+            scale = 1.0
+        for k in range(K):
+            for t in range(L[k]):
+                g = res["gate"][b, k, t]
+                eta = eta_gated if g else 1.0
+                res["advantage"][b, k, t] = eta * a_out[k, t] + (w * res["a_fp"][b, k, t] / scale if g else 0.0)
+        res["a_out"][b] = a_out
+    return res
+
+
+# ----------------------------------------------------------------------- GraphGPO
+
+
+def ref_graphgpo(batch_np, *, omega_g, scale, beta_g, beta_e, norm, weighting, std, eps, normalize_distance=False):
+    """Breadth-first shortest paths to SUCCESS on a dict graph, then GiGPO-style step groups;
+    the step return decays with d(s') (or with d(s') - d(s) + 1 under normalize_distance)."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    adv = np.zeros((B, K, T))
+    dist = np.zeros((B, K, T))
+    for b in range(B):
+        r = np.where(mask[b], reward[b] + penalty[b], 0.0)
+        edges = ref_graph(obs[b], mask[b], outcome[b], r)
+        succ = ("END", 0)
+        nodes = set(edges) | {nxt for es in edges.values() for _, nxt in es} | {("END", 0), ("END", 1), ("END", 2)}
+        rev = defaultdict(set)
+        for s, es in edges.items():
+            for _, nxt in es:
+                rev[nxt].add(s)
+        has_success = any(nxt == succ for es in edges.values() for _, nxt in es)
+        d = {succ: 0}
+        frontier = [succ]
+        while frontier:
+            nxt_frontier = []
+            for v in frontier:
+                for u in rev[v]:
+                    if u not in d:
+                        d[u] = d[v] + 1
+                        nxt_frontier.append(u)
+            frontier = nxt_frontier
+        far = max(d.values()) + 1
+        for v in nodes:
+            d.setdefault(v, far)
+        if not has_success:
+            d = {v: 1 for v in nodes}
+        y = [[0.0] * T for _ in range(K)]
+        for k in range(K):
+            L = int(mask[b, k].sum())
+            for t in range(L):
+                nxt = tuple(obs[b, k, t + 1]) if t + 1 < L else ("END", int(outcome[b, k]))
+                dist[b, k, t] = d[nxt]
+                exponent = d[nxt] - d[tuple(obs[b, k, t])] + 1 if normalize_distance else d[nxt]
+                assert exponent >= 0
+                y[k][t] = scale * omega_g ** exponent
+        a_g = ref_step_groups(y, obs[b], mask[b], norm=norm, std=std, eps=eps)
+        a_e = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        adv[b] = beta_g * a_g + beta_e * a_e
+    return adv, dist
+
+
+def ref_gagpo(batch_np, *, gamma, lam, w, norm, weighting, std, eps):
+    """GAGPO from its definition: V(s) = mean of the Monte-Carlo returns of the records
+    at s, delta = r + gamma V(s') - V(s) (V(END) = 0), A_FP = GAE(delta), no gate,
+    A = A_out + w A_FP with A_FP in reward units."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    adv = np.zeros((B, K, T))
+    for b in range(B):
+        L = lengths(mask[b])
+        r = [[float(np.float32(reward[b, k, t] + penalty[b, k, t])) for t in range(L[k])] for k in range(K)]
+        G = [ref_returns(r[k], gamma) for k in range(K)]
+        visits = defaultdict(list)
+        for k in range(K):
+            for t in range(L[k]):
+                visits[tuple(obs[b, k, t])].append(G[k][t])
+        V = {s: sum(g) / len(g) for s, g in visits.items()}
+        a_out = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        for k in range(K):
+            acc = 0.0
+            for t in reversed(range(L[k])):
+                v_next = V[tuple(obs[b, k, t + 1])] if t + 1 < L[k] else 0.0
+                delta = r[k][t] + gamma * v_next - V[tuple(obs[b, k, t])]
+                acc = delta + gamma * lam * acc
+                adv[b, k, t] = a_out[k, t] + w * acc
+    return adv
+
+
+def ref_g2po(batch_np, *, gamma, beta_g, beta_e, unit, norm, weighting, std, eps):
+    """G2PO from its definition (docs/estimators.md, G2PO): V(s) = mean of the discounted returns
+    of the records at s (V(END) = 0); an edge (s, s') has TD error mean(r) + gamma V(s') - V(s)
+    (``unit="edge"``; the record's own r under ``"record"``); the TD errors are standardised over
+    the group's distinct edges (every record under ``"record"``); all equal -> 0;
+    A = beta_g A^G + beta_e A^E. Returns (advantage, td, value)."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    adv, td_out, v_out = np.zeros((B, K, T)), np.zeros((B, K, T)), np.zeros((B, K, T))
+    for b in range(B):
+        L = lengths(mask[b])
+        r = [[float(np.float32(reward[b, k, t] + penalty[b, k, t])) for t in range(L[k])] for k in range(K)]
+        G = [ref_returns(r[k], gamma) for k in range(K)]
+        visits, edge_r = defaultdict(list), defaultdict(list)
+        for k in range(K):
+            for t in range(L[k]):
+                s = tuple(obs[b, k, t])
+                nxt = tuple(obs[b, k, t + 1]) if t + 1 < L[k] else ("END", int(outcome[b, k]))
+                visits[s].append(G[k][t])
+                edge_r[(s, nxt)].append(r[k][t])
+        V = {s: sum(g) / len(g) for s, g in visits.items()}
+        value = lambda s: V.get(s, 0.0)  # END nodes: 0
+        delta = {e: sum(rs) / len(rs) + gamma * value(e[1]) - value(e[0]) for e, rs in edge_r.items()}
+        per_record = {}
+        for k in range(K):
+            for t in range(L[k]):
+                s = tuple(obs[b, k, t])
+                nxt = tuple(obs[b, k, t + 1]) if t + 1 < L[k] else ("END", int(outcome[b, k]))
+                per_record[k, t] = delta[s, nxt] if unit == "edge" else r[k][t] + gamma * value(nxt) - value(s)
+                v_out[b, k, t] = V[s]
+        pool = list(delta.values()) if unit == "edge" else list(per_record.values())
+        constant = max(pool) == min(pool)
+        mu, sd = sum(pool) / len(pool), _std(pool, _ddof(std))
+        a_e = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        for (k, t), d in per_record.items():
+            dev = 0.0 if constant else d - mu
+            a_g = dev if norm == "mean" else dev / ((0.0 if constant else sd) + eps)
+            adv[b, k, t] = beta_g * a_g + beta_e * a_e[k, t]
+            td_out[b, k, t] = d
+    return adv, td_out, v_out
+
+
+def ref_confidence_returns(batch_np, values, conf, gamma):
+    """R_t = r_t + c_t gamma R_{t+1};  A_t = R_t - V(s_t)."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    adv = np.zeros((B, K, T))
+    for b in range(B):
+        for k in range(K):
+            acc = 0.0
+            for t in reversed(range(int(mask[b, k].sum()))):
+                acc = float(reward[b, k, t] + penalty[b, k, t]) + conf[b, k, t] * gamma * acc
+                adv[b, k, t] = acc - values[b, k, t]
+    return adv
+
+
+# ------------------------------------------------------------------ similarity merging
+
+
+def ref_leader_clusters(n, similar, valid=None):
+    """The reference recipes' clustering as a loop (verl-agent ``build_step_group`` with
+    ``enable_similarity``): record i joins the first earlier cluster whose leader j has
+    ``similar(i, j)``, else it leads a new one; invalid records lead themselves and attract
+    nobody. Returns each record's leader index."""
+    leaders, out = [], []
+    for i in range(n):
+        if valid is not None and not valid[i]:
+            out.append(i)
+            continue
+        for j in leaders:
+            if similar(i, j):
+                out.append(j)
+                break
+        else:
+            leaders.append(i)
+            out.append(i)
+    return out

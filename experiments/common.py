@@ -1,0 +1,71 @@
+"""What every experiment shares: where results go, the machine they ran on, the command that
+reproduces them, the argument parser, and how a results file is written.
+
+Every experiment runs as a module from the repository root, ``python -m experiments.NAME``,
+and records ``command(NAME)`` beside its numbers. Results recorded before the experiments
+became a package name the older form, ``python -m experiments.NAME``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results"
+
+
+def parser(doc: Optional[str], *, full: bool = False) -> argparse.ArgumentParser:
+    """An experiment's argument parser: its description is the module docstring's first
+    paragraph, or the whole docstring (``full``, formatted as written: its usage lines)."""
+    doc = doc or ""
+    if full:
+        return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return argparse.ArgumentParser(description=doc.split("\n\n")[0])
+
+
+def command(name: str, argv: Optional[Sequence[str]] = None) -> str:
+    """The command that reproduces a run: ``python -m experiments.NAME`` and its arguments
+    (``argv``, else this process's own)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return " ".join(["python -m", f"experiments.{name}", *args])
+
+
+def machine() -> dict:
+    """The machine and library versions a result was measured with."""
+    import jax
+    import numpy as np
+
+    import bepo_jax
+
+    dev = jax.devices()[0]
+    return dict(platform=platform.platform(), python=platform.python_version(), processor=platform.processor(),
+                cpu_count=os.cpu_count(), jax=jax.__version__, jaxlib=jax.lib.__version__ if hasattr(jax, "lib") else "",
+                numpy=np.__version__, bepo_jax=bepo_jax.__version__, backend=jax.default_backend(),
+                device=str(getattr(dev, "device_kind", dev)), device_count=jax.device_count())
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file renamed over it), creating
+    the folder: a crash mid-write never leaves a cut results file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_json(path: Path, data: Any, *, indent: int = 2) -> Path:
+    """A results file as JSON (``write_text``'s guarantee)."""
+    return write_text(path, json.dumps(data, indent=indent))
+
+
+def write_lines(path: Path, lines: Sequence[str]) -> Path:
+    """A Markdown results page from its lines (``write_text``'s guarantee)."""
+    return write_text(path, "\n".join(lines) + "\n")

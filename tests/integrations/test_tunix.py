@@ -1,0 +1,406 @@
+"""Step credit inside Tunix's agentic GRPO learner (bepo_jax.integrations.tunix).
+
+A randomly initialised Qwen3 (Tunix's own architecture, 2 layers, width 32) plays
+examples/tunix_agent.py's four-room world: the task as a user message, every later
+observation as a tool message, a step cost, a success flag in the step info, a step
+limit, a reward_fns format bonus on the first reply, two groups per ``_process_results``
+call. The reference is built from what the environment itself recorded (``RoomsEnv.LOG``:
+the observation it showed, the reward it paid, whether it or its step limit ended the
+episode) and the conversation's own text, never from the adapter's records; the
+reference Gated-BEPO on it, laid on the assistant spans of Tunix's completion mask, must
+equal what the policy loss receives. Python 3.12 with the tunix extra only.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+
+tunix = pytest.importorskip("tunix", reason="the tunix extra (Python 3.12): pip install 'bepo-jax[tunix]'")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from tunix.rl import function_registry  # noqa: E402
+from tunix.rl import rl_cluster as rl_cluster_lib  # noqa: E402
+from tunix.rl.agentic import agentic_grpo_learner  # noqa: E402
+from tunix.rl.agentic.agents.agent_types import TrajectoryItem  # noqa: E402
+
+from bepo_jax.credit import reference as ref  # noqa: E402
+from bepo_jax.integrations import tunix as bt  # noqa: E402
+from bepo_jax.credit.types import FAILURE, SUCCESS, TRUNCATED  # noqa: E402
+from examples import tunix_agent as ta  # noqa: E402
+
+B_DEF = dict(gamma=0.95, lam=0.5, w=1.0, eta_gated=0.5, norm="mean_std", weighting="step", std="unbiased", eps=1e-6,
+             min_successors=2, gate_on="successor", tol=1e-6, max_iters=1000)
+LAM = 0.25
+LOSS_SAW = []
+
+
+@function_registry.register_policy_loss_fn("bepo_jax_test_capture")
+def _capturing_loss(model, train_example, **kwargs):
+    jax.debug.callback(lambda a, m: LOSS_SAW.append((np.asarray(a), np.asarray(m))), train_example.advantages,
+                       train_example.completion_mask)
+    return function_registry.get_policy_loss_fn("grpo")(model, train_example, **kwargs)
+
+
+def mask_runs(mask):
+    """The runs of ones in a completion mask: the assistant spans, in order."""
+    m = np.concatenate([[0], (np.asarray(mask) != 0).astype(int), [0]])
+    d = np.diff(m)
+    return list(zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1)))
+
+
+def env_record(item):
+    """What the environment recorded for this trajectory: per step the observation it had
+    shown, its reward; the outcome from its own ending (success flag), TRUNCATED when its
+    step limit or anything but the environment stopped the episode."""
+    steps = ta.RoomsEnv.LOG[(item.group_id, item.pair_index)]
+    last = steps[-1] if steps else None
+    outcome = (SUCCESS if last["success"] else FAILURE) if last and last["env_done"] else TRUNCATED
+    return [s["before"] for s in steps], [s["reward"] for s in steps], outcome
+
+
+def first_reply(item):
+    return next((m["content"] for m in item.traj["conversation_text"] if m["role"] == "assistant"), "")
+
+
+def reference_rows(items, width, lam=LAM, bonus_turn="first"):
+    """Reference Gated-BEPO on one group from the environment's record, the reward_fns share
+    on the first turn (the reply Tunix's reward functions score), laid on the mask's spans."""
+    recs = [env_record(it) for it in items]
+    K, T = len(items), max(1, max(len(r[0]) for r in recs))
+    ids = {}
+    obs = np.zeros((1, K, T, 2), np.uint32)
+    reward, mask = np.zeros((1, K, T), np.float32), np.zeros((1, K, T), bool)
+    outcome = np.zeros((1, K), np.int32)
+    extra = ta.format_bonus(None, [first_reply(it) for it in items])
+    for k, (states, rewards, out) in enumerate(recs):
+        at = 0 if bonus_turn == "first" else len(states) - 1
+        for t, (s, r) in enumerate(zip(states, rewards)):
+            obs[0, k, t, 0] = ids.setdefault(s, len(ids) + 1)
+            reward[0, k, t], mask[0, k, t] = r + (extra[k] if t == at else 0.0), True
+        outcome[0, k] = out
+    adv = ref.ref_gated_bepo((obs, reward, mask, outcome, np.zeros_like(reward)), **{**B_DEF, "lam": lam})["advantage"]
+    if sum(len(r[0]) > 0 for r in recs) < 2:
+        adv = np.zeros_like(adv)
+    out = np.zeros((K, width), np.float32)
+    for k, it in enumerate(items):
+        replies = [m["content"] for m in it.traj["conversation_text"] if m["role"] == "assistant"]
+        assert len(replies) == len(recs[k][0])  # one reply per environment step
+        spoken = [t for t, text in enumerate(replies) if text]  # an empty reply has no tokens, no span
+        runs = mask_runs(np.asarray(it.traj["conversation_masks"])[:width])
+        assert len(runs) <= len(spoken)  # (fewer where the stream was cut at L)
+        for t, (a, b) in zip(spoken, runs):
+            out[k, a:b] = adv[0, k, t]
+    return out, recs
+
+
+def by_group(items):
+    groups = {}
+    for i, it in enumerate(items):
+        groups.setdefault(it.group_id, []).append(i)
+    return list(groups.values())
+
+
+# One worker runs this module (--dist loadgroup), so its module fixture is built once, not once per worker.
+pytestmark = pytest.mark.xdist_group("tunix")
+
+
+@pytest.fixture(scope="module")
+def trained():
+    ta.RoomsEnv.LOG.clear()
+    cluster = ta.make_cluster(micro_batch=2, steps=2)
+    learner = ta.make_learner(cluster, "gated_bepo", estimator_config={"lam": LAM},
+                              policy_loss_fn="bepo_jax_test_capture")
+    before = jax.tree.map(jnp.copy, nnx.state(cluster.actor_trainer.model, nnx.Param))
+    calls = []
+    process = learner._process_results
+
+    def spy(trajectories, mode, expected_step):
+        res = process(trajectories, mode, expected_step)
+        calls.append((trajectories, res[0]))
+        return res
+
+    learner._process_results = spy
+    LOSS_SAW.clear()
+    learner.train(ta.prompts(4, 2))
+    return cluster, learner, calls, before, list(LOSS_SAW)
+
+
+def test_every_group_gets_the_reference_credit_from_the_environments_record(trained):
+    cluster, learner, calls, _, _ = trained
+    assert cluster.global_steps == 2 and len(calls) == 2
+    assert all(len(trajs) == 8 and len(by_group(trajs)) == 2 for trajs, _ in calls)  # two groups per call
+    outcomes, multi = set(), False
+    for trajectories, ex in calls:
+        adv = np.asarray(ex.advantages)
+        assert adv.shape == np.asarray(ex.completion_ids).shape == (8, ta.L)
+        assert np.abs(adv).max() > 0
+        for rows in by_group(trajectories):
+            want, recs = reference_rows([trajectories[i] for i in rows], ta.L)
+            np.testing.assert_allclose(adv[rows], want, atol=1e-4)
+            outcomes |= {r[2] for r in recs}
+            multi |= any(len(set(r[0])) > 1 for r in recs)
+        assert not adv[np.asarray(ex.completion_mask) == 0].any()  # environment tokens and padding get 0
+    assert TRUNCATED in outcomes and multi  # step-limit / budget endings and multi-state trajectories were seen
+    assert any(s["step_limit"] for steps in ta.RoomsEnv.LOG.values() for s in steps)  # the env's step limit cut
+
+
+def test_the_policy_loss_receives_exactly_these_rows(trained):
+    cluster, _, calls, before, loss_saw = trained
+    sent = [row for _, ex in calls for row in np.asarray(ex.advantages)]
+    got = [row for a, _ in loss_saw for row in np.atleast_2d(a)]
+    assert len(got) == len(sent) and any(np.abs(r).max() > 0 for r in got)
+    for row in got:  # Tunix may re-batch the rows
+        assert any(np.allclose(row, s) for s in sent)
+    after = nnx.state(cluster.actor_trainer.model, nnx.Param)
+    changed = jax.tree.leaves(jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))), before, after))
+    assert any(changed)
+
+
+def test_per_group_diagnostics_reach_tunix_metrics_and_the_credit_log(trained):
+    cluster, learner, calls, _, _ = trained
+    log = cluster._rl_metrics_logger
+    for name in ("states", "states_per_turn", "collapsed", "gated_share", "converged", "advantage/abs_mean",
+                 "advantage/turn_spread", "outcome/truncated", "outcome/from_reward"):
+        assert len(log.get_metric_history("bepo", name, "train")) >= 1, name
+    assert not any(np.asarray(log.get_metric_history("bepo", "collapsed", "train")))  # tool turns are seen
+    # the environment reports success in its info: no outcome fell back to the reward's sign
+    assert not any(np.asarray(log.get_metric_history("bepo", "outcome/from_reward", "train")))
+    assert len(learner.credit_log) == 4
+    credit = learner.credit_log[0]
+    assert credit.diagnostics["states"] >= 1 and "group" in credit.table()
+    items = [it for it in calls[0][0] if it.group_id == credit.group_id]
+    assert [env_record(it)[2] for it in items] == credit.outcomes
+
+
+def test_tool_messages_and_silent_observations_are_states():
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "task"},
+            {"role": "assistant", "content": "call"}, {"role": "tool", "content": "Tool returned result: 3",
+                                                       "tool_call_id": "a1b2"}]
+    assert bt.conversation_state(msgs[:2], "task") == "system: S\nuser: task"
+    assert bt.conversation_state(msgs, None) == "tool: Tool returned result: 3"  # the call id is not part of it
+    two_tools = msgs + [{"role": "tool", "content": "x"}]
+    assert bt.conversation_state(two_tools, None) == "tool: Tool returned result: 3\ntool: x"
+    # an agent that rendered nothing for a dict observation: the observation itself
+    assert bt.conversation_state(msgs[:3], {"b": 1, "a": [2]}) == 'observation: {"a": [2], "b": 1}'
+    with pytest.raises(ValueError, match=r"state_fn must accept \(messages, observation\)"):
+        bt._check_state_fn(lambda messages: "")
+
+
+def test_a_group_whose_turns_all_map_to_one_state_is_flagged(trained):
+    _, learner, calls, _, _ = trained
+    trajectories = copy.deepcopy(calls[0][0])
+    for it in trajectories:  # what the old default (the last user message) captured for tool turns
+        it.traj["bepo_turns"] = [t._replace(state="task") for t in it.traj["bepo_turns"]]
+    credits = learner.step_credit(trajectories)
+    assert any(c.collapsed for c in credits)
+    assert all(c.diagnostics.get("states", 1) == 1 for c in credits)
+
+
+def test_endings_and_outcome_rules(trained):
+    cluster, learner, _, _, _ = trained
+    E = bt.Ending
+    cases = [(E("step_limit", {}, 5.0), TRUNCATED, False), (E("context_limit", {"success": True}, 1.0), TRUNCATED, False),
+             (E("env", {"success": False}, 5.0), FAILURE, False),  # a positive reward is not a success
+             (E("env", {"success": True}, -1.0), SUCCESS, False),  # nor a cost-style reward a failure
+             (E("env", {}, 0.5), SUCCESS, True), (E("env", {}, 0.0), FAILURE, True)]
+    for ending, code, fallback in cases:
+        assert learner.outcome({"bepo_ending": ending}) == (code, fallback), ending
+    hooked = ta.make_learner(cluster, learner={"outcome_fn": lambda traj: TRUNCATED})
+    assert hooked.outcome({"bepo_ending": E("env", {"success": True}, 1.0)}) == (TRUNCATED, False)
+    bad = ta.make_learner(cluster, learner={"outcome_fn": lambda traj: True})
+    with pytest.raises(ValueError, match="outcome_fn returned True"):
+        bad.outcome({})
+
+
+def test_groups_are_told_apart_or_refused():
+    def item(gid, traj_gid=None):
+        return TrajectoryItem(pair_index=0, group_id=gid, start_step=0, traj={"group_id": traj_gid})
+
+    assert bt.split_groups([item(7), item(3), item(7), item(3)], 2) == [[0, 2], [1, 3]]
+    assert bt.split_groups([item(None, 1), item(None, 1), item(None, 2), item(None, 2)], 2) == [[0, 1], [2, 3]]
+    assert bt.split_groups([item(None)] * 4, 2) == [[0, 1], [2, 3]]  # no ids: chunks of num_generations
+    with pytest.raises(ValueError, match="not a multiple of num_generations=4"):
+        bt.split_groups([item(None)] * 6, 4)
+    with pytest.raises(ValueError, match="some trajectories carry a group id and others none"):
+        bt.split_groups([item(1), item(None)], 2)
+
+
+def _equal_total_group(trajectories):
+    """One group's trajectories with every trajectory total 0 (Tunix would call the group
+    degenerate) while the step rewards still differ: +0.5 then -0.5 on two-turn paths."""
+    rows = by_group(trajectories)[0]
+    items = copy.deepcopy([trajectories[i] for i in rows])
+    for it in items:
+        turns = it.traj["bepo_turns"]
+        r = [0.5 * (-1) ** t for t in range(len(turns))]
+        if len(turns) % 2:
+            r[-1] = 0.0 if len(turns) == 1 else r[-1] - 0.5 * (-1) ** (len(turns) - 1)
+        it.traj["bepo_turns"] = [t._replace(reward=x) for t, x in zip(turns, r)]
+        it.traj["trajectory_reward"] = float(sum(r))
+    return items
+
+
+def test_rescued_groups_keep_their_sampler_importance_weights(trained):
+    cluster, _, calls, _, _ = trained
+    trajectories = max((c[0] for c in calls), key=lambda ts: max(len(t.traj["bepo_turns"]) for t in ts))
+    items = _equal_total_group(trajectories)
+    assert len({it.traj["trajectory_reward"] for it in items}) == 1
+    with pytest.raises(ValueError, match="mask_zero_credit_groups"):
+        bt.StepCreditConfig(num_generations=4, degenerate_group_masking=True)
+    ours = ta.make_learner(cluster, reward_fns=(), sampler_is="token", mask_zero_credit_groups=True)
+    ex = ours._process_results(items, rl_cluster_lib.Mode.TRAIN, 0)[0]
+    on = np.asarray(ex.completion_mask) != 0
+    assert on.any() and np.abs(np.asarray(ex.advantages)).max() > 0
+    w = np.asarray(ex.sampler_is_weights)
+    assert (w[on] > 0).all()  # the rescued group is trained, with its importance weights
+    # Tunix's own degenerate masking on the same group: mask and weights zero (what the old adapter inherited)
+    algo = agentic_grpo_learner.GRPOConfig(num_generations=4, max_response_length=ta.L, beta=0.0, max_concurrency=1,
+                                           sampler_is="token", degenerate_group_masking=True)
+    tunix_learner = agentic_grpo_learner.GRPOLearner(rl_cluster=cluster, algo_config=algo, chat_parser=ta.ChatParser())
+    tex = tunix_learner._process_results(items, rl_cluster_lib.Mode.TRAIN, 0)[0]
+    assert not np.asarray(tex.completion_mask).any() and not np.asarray(tex.sampler_is_weights).any()
+    # a group with no step credit at all is dropped, weights with it
+    flat = copy.deepcopy(items)
+    for it in flat:
+        it.traj["bepo_turns"] = [t._replace(state="same", reward=0.0) for t in it.traj["bepo_turns"]]
+    fex = ours._process_results(flat, rl_cluster_lib.Mode.TRAIN, 0)[0]
+    assert not np.asarray(fex.completion_mask).any() and not np.asarray(fex.sampler_is_weights).any()
+
+
+def test_reward_fns_share_goes_on_the_turn_chosen(trained):
+    cluster, learner, calls, _, _ = trained
+    trajectories = calls[0][0]
+    items = [trajectories[i] for i in by_group(trajectories)[0]]
+    last = ta.make_learner(cluster, estimator_config={"lam": LAM}, reward_fns_turn="last")
+    got = np.asarray(last._process_results(items, rl_cluster_lib.Mode.TRAIN, 0)[0].advantages)
+    want_last, _ = reference_rows(items, ta.L, bonus_turn="last")
+    np.testing.assert_allclose(got, want_last, atol=1e-4)
+    # the trained learner (reward_fns_turn="first") saw the environment's rewards with the
+    # bonus on the first turn, the reply Tunix's reward functions scored
+    bonus_on_a_later_turn = False
+    for credit in learner.credit_log:
+        items = [it for trajs, _ in calls for it in trajs if it.group_id == credit.group_id]
+        for it, seen in zip(items, credit.rewards):
+            _, env_rewards, _ = env_record(it)
+            bonus = ta.format_bonus(None, [first_reply(it)])[0]
+            np.testing.assert_allclose(seen, [r + (bonus if t == 0 else 0.0) for t, r in enumerate(env_rewards)],
+                                       atol=1e-6)
+            bonus_on_a_later_turn |= bool(bonus) and len(env_rewards) > 1
+    assert bonus_on_a_later_turn  # the old rule (the last turn) would have failed here
+
+
+def test_switching_the_estimator_changes_the_update(trained):
+    cluster, learner, calls, _, _ = trained
+    trajectories, ex = max(calls, key=lambda g: np.abs(np.asarray(g[1].advantages)).sum())
+    other = ta.make_learner(cluster, "grpo")
+    ex2 = other._process_results(trajectories, rl_cluster_lib.Mode.TRAIN, 0)[0]
+    assert not np.allclose(np.asarray(ex.advantages), np.asarray(ex2.advantages))
+    loss = function_registry.get_policy_loss_fn("grpo")
+    model = cluster.actor_trainer.model
+
+    def grad(example):
+        g = nnx.grad(lambda m: loss(m, example, algo_config=learner.algo_config, pad_id=0, eos_id=2)[0])(model)
+        return np.concatenate([np.ravel(x) for x in jax.tree.leaves(g)])
+
+    assert np.linalg.norm(grad(ex) - grad(ex2)) > 1e-6
+
+
+def test_config_and_learner_refuse_bad_input(trained):
+    cluster = trained[0]
+    with pytest.raises(ValueError, match="advantage_estimator='gated-bepo' is not a bepo_jax estimator"):
+        bt.StepCreditConfig(num_generations=4, advantage_estimator="gated-bepo")
+    with pytest.raises(ValueError, match="lamda"):
+        bt.StepCreditConfig(num_generations=4, estimator_config={"lamda": 0.5})
+    with pytest.raises(ValueError, match="reward_fns_turn='middle'"):
+        bt.StepCreditConfig(num_generations=4, reward_fns_turn="middle")
+    with pytest.raises(ValueError, match="StepCreditConfig.similarity"):
+        bt.StepCreditConfig(num_generations=4, similarity={"treshold": 0.9})
+    with pytest.raises(ValueError, match="must be a StepCreditConfig"):
+        bt.StepCreditGRPOLearner(rl_cluster=None, algo_config=agentic_grpo_learner.GRPOConfig(num_generations=4))
+    assert bt.StepCreditConfig(num_generations=2, advantage_estimator="bepo_jax/gigpo").step_estimator == "gigpo"
+    with pytest.raises(ValueError, match="sequence packing"):
+        ta.make_learner(ta.make_cluster(training={"max_seq_token_per_tpu": 256}))
+
+
+def test_the_vanilla_engine_gets_fresh_sampling_keys_by_default(trained):
+    cluster, _, calls, _, _ = trained
+    assert getattr(cluster.rollout.generate, "bepo_fresh_seeds", False)
+    # the four trajectories of a group, sampled from one prompt, are not all the same
+    for trajectories, _ in calls:
+        for rows in by_group(trajectories):
+            streams = {tuple(np.asarray(trajectories[i].traj["conversation_tokens"]).tolist()) for i in rows}
+            assert len(streams) > 1
+
+
+def test_trajectory_level_registry_entries():
+    names = bt.register_tunix_estimators()
+    assert "bepo_jax/grpo" in names and "gated_bepo" in names and "grpo" not in names
+    r = np.array([1.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0.0], np.float32)
+    ours = function_registry.get_advantage_estimator("bepo_jax/grpo")(rewards=r, num_generations=4)
+    theirs = function_registry.get_advantage_estimator("grpo")(rewards=r, num_generations=4)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)  # same definition: unbiased std, eps 1e-6
+
+
+def test_single_turn_grpo_learner_trains_with_a_registry_entry():
+    """Tunix's single-turn GRPOLearner with "bepo_jax/gigpo": the loss receives the reference
+    GiGPO of the rewards the reward function returned (each completion one step from the prompt)."""
+    from tunix.rl.grpo import grpo_learner
+
+    seen = []
+
+    def reward(prompts, completions, **kwargs):
+        r = [float(len(c.split()) % 3) for c in completions]
+        seen.append(r)
+        return r
+
+    cluster = ta.make_cluster(steps=1)
+    bt.fresh_sampling_seeds(cluster)
+    algo = grpo_learner.GRPOConfig(num_generations=4, num_iterations=1, beta=0.0,
+                                   advantage_estimator="bepo_jax/gigpo", policy_loss_fn="bepo_jax_test_capture")
+    learner = grpo_learner.GRPOLearner(rl_cluster=cluster, algo_config=algo, reward_fns=reward)
+    LOSS_SAW.clear()
+    learner.train(ta.prompts(2, 2))
+    assert cluster.global_steps == 1 and LOSS_SAW
+    rewards = np.concatenate(seen).reshape(-1, 4)
+    K = rewards.shape[1]
+    batch = (np.zeros((len(rewards), K, 1, 2), np.uint32), rewards[:, :, None].astype(np.float32),
+             np.ones((len(rewards), K, 1), bool), np.where(rewards > 0, SUCCESS, FAILURE).astype(np.int32),
+             np.zeros((len(rewards), K, 1), np.float32))
+    want = ref.ref_gigpo(batch, gamma=0.95, omega=1.0, norm="mean", weighting="step", std="unbiased",
+                         eps=1e-6)[:, :, 0].reshape(-1)
+    got = np.concatenate([np.ravel(a) for a, _ in LOSS_SAW])
+    np.testing.assert_allclose(np.sort(got), np.sort(want), atol=1e-4)
+    assert np.abs(got).max() > 0
+
+
+def test_multi_turn_unpadding_keeps_the_whole_stream():
+    from tunix.rl import utils as rl_utils
+    from tunix.rl.agentic.agentic_rl_learner import TrainExample
+
+    mask = np.array([[1, 1, 0, 0, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0]], np.int32)
+    adv = np.where(mask == 1, np.array([[1, 1, 0, 0, 2, 2, 0, 0], [3, 3, 3, 0, 0, 0, 0, 0]], np.float32), 0)
+    ex = TrainExample(prompt_ids=np.array([[0, 5], [5, 6]]), prompt_mask=np.array([[0, 1], [1, 1]]),
+                      completion_ids=np.arange(16).reshape(2, 8) + 7, completion_mask=mask, advantages=adv,
+                      ref_per_token_logps=None, old_per_token_logps=-np.ones((2, 8), np.float32),
+                      policy_version=np.zeros(2, np.int32))
+    tunix_cut = rl_utils.unpad_train_example(ex)
+    assert len(tunix_cut[0]["completion_ids"]) == 4  # Tunix's cut: sum(mask) drops the second turn's tokens
+    ours = bt.unpad_multi_turn(ex)
+    np.testing.assert_array_equal(ours[0]["completion_ids"], np.arange(6) + 7)
+    np.testing.assert_array_equal(ours[0]["advantages"], [1, 1, 0, 0, 2, 2])
+    np.testing.assert_array_equal(ours[0]["completion_mask"], [1, 1, 0, 0, 1, 1])
+    assert len(ours[0]["old_per_token_logps"]) == 6
+    for k in ("completion_ids", "advantages", "completion_mask", "prompt_ids"):  # single-turn rows: Tunix's cut
+        np.testing.assert_array_equal(ours[1][k], tunix_cut[1][k])
+
+
+@pytest.mark.slow
+@pytest.mark.current_jax  # CI runs it on 3.12 (current JAX), not again on 3.11
+def test_the_example_script_runs_and_prints_the_credit(capsys):
+    assert ta.main(["--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "groups credited with gated_bepo" in out and "gated share" in out and "bepo/states:" in out

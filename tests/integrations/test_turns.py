@@ -1,0 +1,151 @@
+"""Multi-turn conversations -> step credit -> per-token advantages (bepo_jax.integrations.turns)."""
+
+import numpy as np
+import pytest
+
+from bepo_jax.credit import reference as ref
+from bepo_jax.integrations.turns import (Turn, add_trajectory_reward, bucket, credit_for_groups, group_step_advantages,
+                                         outcome_of, token_advantages)
+from bepo_jax.credit.types import FAILURE, SUCCESS, TRUNCATED
+
+B_DEF = dict(gamma=0.95, lam=0.5, w=1.0, eta_gated=0.5, norm="mean_std", weighting="step", std="unbiased", eps=1e-6,
+             min_successors=2, gate_on="successor", tol=1e-6, max_iters=1000)
+
+# Four trajectories of a corridor: rooms repeat across and within trajectories.
+PATHS = [(["room 2", "room 3"], [0.0, 1.0], True), (["room 2", "room 1", "room 2"], [0.0, 0.0, 0.0], False),
+         (["room 2", "room 2", "room 3"], [0.0, 0.0, 1.0], True), (["room 2"], [0.0], False)]
+
+
+def corridor_turns():
+    return [[Turn(s, r, 3 + i, 2) for i, (s, r) in enumerate(zip(states, rewards))] for states, rewards, _ in PATHS]
+
+
+def padded(turns, outcomes, rewards=None):
+    """The same group as a padded NumPy batch for the reference (state ids as keys)."""
+    ids = {}
+    K, T = len(turns), max(len(t) for t in turns)
+    obs = np.zeros((1, K, T, 2), np.uint32)
+    reward = np.zeros((1, K, T), np.float32)
+    mask = np.zeros((1, K, T), bool)
+    for k, tr in enumerate(turns):
+        for t, turn in enumerate(tr):
+            obs[0, k, t, 0] = ids.setdefault(turn.state, len(ids) + 1)
+            reward[0, k, t] = turn.reward if rewards is None else rewards[k][t]
+            mask[0, k, t] = True
+    return obs, reward, mask, np.asarray([outcomes], np.int32), np.zeros((1, K, T), np.float32)
+
+
+def test_outcome_codes():
+    assert outcome_of("env", True) == SUCCESS
+    assert outcome_of("env", False) == FAILURE
+    for limit in ("step_limit", "context_limit", "time_limit", "env_timeout"):
+        assert outcome_of(limit, True) == TRUNCATED  # a limit, not the environment, ended it
+    with pytest.raises(ValueError, match="ending='done'"):
+        outcome_of("done", True)
+
+
+def test_step_advantages_equal_the_reference_on_the_same_trajectories():
+    turns = corridor_turns()
+    outcomes = [SUCCESS, TRUNCATED, SUCCESS, TRUNCATED]
+    got, diag = group_step_advantages(turns, outcomes, "gated_bepo")
+    want = ref.ref_gated_bepo(padded(turns, outcomes), **B_DEF)
+    for k, tr in enumerate(turns):
+        np.testing.assert_allclose(got[k], want["advantage"][0, k, :len(tr)], atol=1e-4)
+    assert diag["states"] == 3 and diag["converged"] == 1.0
+    assert 0.0 < diag["gated_share"] <= 1.0
+    # a different estimator gives different credit on the same turns
+    other, _ = group_step_advantages(turns, outcomes, "grpo")
+    assert not all(np.allclose(a, b) for a, b in zip(got, other))
+
+
+def test_a_trajectory_reward_lands_on_the_turn_asked_for():
+    turns = corridor_turns()
+    outcomes = [SUCCESS, TRUNCATED, SUCCESS, TRUNCATED]
+    extra = [2.0, 0.0, -1.0, 0.5]
+    for where in ("first", "last"):
+        moved = [add_trajectory_reward(tr, x, turn=where) for tr, x in zip(turns, extra)]
+        got, _ = group_step_advantages(moved, outcomes, "gated_bepo", {"lam": 0.25})
+        rewards = [[t.reward for t in tr] for tr in turns]
+        for k, x in enumerate(extra):
+            rewards[k][0 if where == "first" else -1] += x
+        want = ref.ref_gated_bepo(padded(turns, outcomes, rewards), **{**B_DEF, "lam": 0.25})["advantage"]
+        for k, tr in enumerate(turns):
+            np.testing.assert_allclose(got[k], want[0, k, :len(tr)], atol=1e-4)
+    assert add_trajectory_reward([], 1.0) == []
+    with pytest.raises(ValueError, match="turn='middle'"):
+        add_trajectory_reward(turns[0], 1.0, turn="middle")
+
+
+def test_many_groups_in_one_call_equal_each_group_alone():
+    """One bucketed estimator call over groups of different sizes gives each group the
+    reference's credit on that group alone (padding changes nothing)."""
+    g1 = corridor_turns()
+    o1 = [SUCCESS, TRUNCATED, SUCCESS, TRUNCATED]
+    g2 = [[Turn("room 2", 0.0, 1, 1), Turn("room 1", 0.5, 1, 0)], [Turn("room 2", 0.0, 2, 0)],
+          [Turn("room 2", 1.0, 1, 0)]]
+    o2 = [FAILURE, TRUNCATED, SUCCESS]
+    g3 = [[Turn("x", 1.0, 1, 0)], []]  # one trajectory with turns: nothing to compare
+    for buckets in (True, False):
+        got, info = credit_for_groups([g1, g2, g3], [o1, o2, [SUCCESS, TRUNCATED]], "gated_bepo", buckets=buckets)
+        for g, (turns, outs) in enumerate(((g1, o1), (g2, o2))):
+            want = ref.ref_gated_bepo(padded(turns, outs), **B_DEF)["advantage"][0]
+            for k, tr in enumerate(turns):
+                np.testing.assert_allclose(got[g][k], want[k, :len(tr)], atol=1e-4)
+        assert info[0]["states"] == 3 and info[1]["states"] == 2 and info[2] == {}
+        assert not got[2][0].any() and len(got[2][1]) == 0
+    assert [bucket(n) for n in (0, 1, 3, 4, 5)] == [1, 1, 4, 4, 8] and bucket(3, 8) == 8
+
+
+def test_similarity_merges_nearly_equal_states():
+    turns = [[Turn("you are in room 2 of 3", 0.0, 1, 0), Turn("room 3", 1.0, 1, 0)],
+             [Turn("you are in room 2 of 3.", 0.0, 1, 0), Turn("room 1", 0.0, 1, 0)]]
+    from bepo_jax.credit.similarity import SimilarityConfig
+
+    _, exact = group_step_advantages(turns, [SUCCESS, FAILURE], "gated_bepo")
+    _, merged = group_step_advantages(turns, [SUCCESS, FAILURE], "gated_bepo", similarity=SimilarityConfig(threshold=0.8))
+    assert exact["states"] == 4 and merged["states"] == 3
+
+
+def test_token_layout_follows_the_turns_and_the_mask():
+    turns = [[Turn("a", 0.0, 2, 3), Turn("b", 1.0, 3, 0)], [Turn("a", 0.0, 4, 1)]]
+    adv = [np.array([0.5, -1.0], np.float32), np.array([2.0], np.float32)]
+    L = 9
+    mask = np.zeros((2, L), np.int32)
+    mask[0, :2] = 1     # turn 0 assistant
+    mask[0, 5:8] = 1    # turn 1 assistant (positions 2-4 are the environment's reply)
+    mask[1, :4] = 1
+    got = token_advantages(turns, adv, mask)
+    want = np.zeros((2, L), np.float32)
+    want[0, :2], want[0, 5:8], want[1, :4] = 0.5, -1.0, 2.0
+    np.testing.assert_array_equal(got, want)
+    # cut at L, and a trajectory the trainer filtered (mask zeroed) gets nothing
+    short = token_advantages(turns, adv, mask[:, :6])
+    np.testing.assert_array_equal(short, want[:, :6])
+    mask[1] = 0
+    assert not token_advantages(turns, adv, mask)[1].any()
+
+
+def test_bad_input_is_refused_with_the_field_named():
+    turns = corridor_turns()
+    with pytest.raises(ValueError, match="outcomes"):
+        group_step_advantages(turns, [SUCCESS], "gated_bepo")
+    with pytest.raises(ValueError, match="2 groups but 1 outcome lists"):
+        credit_for_groups([turns, turns], [[SUCCESS] * 4], "gated_bepo")
+    with pytest.raises(ValueError, match="Turn.state must be a string"):
+        group_step_advantages([[Turn(3, 0.0, 1, 0)]], [SUCCESS], "gated_bepo")
+    with pytest.raises(ValueError, match="unknown estimator"):
+        group_step_advantages(turns, [SUCCESS] * 4, "gated-bepo")
+    with pytest.raises(ValueError, match="mask has 1 rows"):
+        token_advantages(turns, [np.zeros(len(t)) for t in turns], np.ones((1, 4)))
+
+
+def test_trajectories_without_turns_take_no_part():
+    turns = corridor_turns()
+    outcomes = [SUCCESS, TRUNCATED, SUCCESS, TRUNCATED]
+    with_empty, _ = group_step_advantages(turns + [[]], outcomes + [TRUNCATED], "gated_bepo")
+    without, _ = group_step_advantages(turns, outcomes, "gated_bepo")
+    assert len(with_empty[-1]) == 0
+    for a, b in zip(with_empty, without):
+        np.testing.assert_array_equal(a, b)
+    alone, diag = group_step_advantages([turns[0], [], []], [SUCCESS, TRUNCATED, TRUNCATED], "gated_bepo")
+    assert diag == {} and not alone[0].any() and len(alone[0]) == 2
