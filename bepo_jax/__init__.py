@@ -1,63 +1,94 @@
 """bepo_jax: critic-free, step-level credit assignment for LLM agents, in JAX.
 
-Gated-BEPO (confidence-gated Bellman credit on the empirical state graph of each
-group of K trajectories) and the baselines it is compared with, as jittable,
-vmappable kernels. The numerics contract is docs/ in the repository
-(data model, every estimator's equations and conventions, defaults, test vectors).
+Gated-BEPO (confidence-gated Bellman credit on the empirical state graph of each group of
+K trajectories) and the baselines it is compared with, as jittable, vmappable kernels. The
+numerics contract is docs/ in the repository (data model, every estimator's equations and
+conventions, defaults, test vectors). ``import bepo_jax`` loads JAX and NumPy only; the
+agent stack (``bepo_jax.agent``: environments, models, rollouts, training), the trainer
+integrations (``bepo_jax.integrations``) and the credit lab (``bepo_jax.lab``) are imported
+when you need them.
+
+The public names, each documented where it is defined:
+
+Data model (``bepo_jax.credit.types``)
+    ``StepBatch`` — the padded records of B groups x K trajectories x T steps;
+    ``SUCCESS``, ``FAILURE``, ``TRUNCATED`` — trajectory outcome codes; ``check_batch`` —
+    host-side validation with errors that name the field; ``sanitize`` and ``group_flags`` —
+    the in-jit guard and its per-group flags ``INVALID_OUTCOME``, ``INVALID_MASK``,
+    ``INVALID_VALUE``, ``INVALID_PENALTY``, ``INVALID_SCALE``, ``SINGLE_TRAJECTORY``,
+    ``DROPPED`` (``INVALID_FLAGS`` their union; ``SCALE_LIMIT`` the largest magnitude
+    accepted); ``split_key64`` — a 64-bit host key as the two uint32 words of ``obs_key``.
+
+Estimators (``bepo_jax.credit.estimators``; one registry, ``ESTIMATORS``)
+    Host entries ``grpo``, ``gigpo``, ``graphgpo``, ``hgpo``, ``g2po``, ``gated_bepo``,
+    ``bepo_nogate``, ``bepo_mc``, ``bepo_additive``, ``gagpo``, ``confidence_returns`` and
+    their jittable ``*_kernel``; configs ``GRPOConfig``, ``GiGPOConfig``,
+    ``GraphGPOConfig``, ``HGPOConfig``, ``G2POConfig``, ``GatedBEPOConfig``,
+    ``GAGPOConfig``, ``ConfidenceConfig``; outputs ``GRPOOutput``, ``GiGPOOutput``,
+    ``GraphGPOOutput``, ``HGPOOutput``, ``G2POOutput``, ``GatedBEPOOutput``,
+    ``ConfidenceOutput`` and their ``GraphDiagnostics``. ``compute_advantages`` runs one by
+    name; ``register_estimator`` adds one (an ``Estimator`` entry); ``get_estimator``, ``make_config`` and
+    ``estimator_settings`` read and validate settings; ``parse_estimator_spec`` reads
+    ``LABEL=NAME:field=value``; ``max_states_for`` sizes the fixed point's state bucket.
+    ``confidence_features`` / ``confidence_loss`` train a ``ConfidenceHead`` (Flax; loaded
+    on first use).
+
+Around the kernels
+    ``hash_observation``, ``hash_observations`` (host digests of text), ``hash_tokens``
+    (the in-jit digest of token arrays); ``Trajectory`` and ``batch_from_trajectories``
+    (a StepBatch from Python lists); ``from_rows`` / ``to_rows`` / ``RowIndex`` (verl-agent's
+    flat rows); ``SimilarityConfig`` / ``merge_similar`` (near-duplicate states);
+    ``to_token_advantages`` (record -> token credit).
 """
 
-from .credit import estimators as _estimators
-from .credit.estimators import __all__ as _estimator_names
-
-# the estimators' names, but ConfidenceHead (Flax): bepo_jax.ConfidenceHead imports it on first use
-globals().update({_n: getattr(_estimators, _n) for _n in _estimator_names if _n != "ConfidenceHead"})
+from ._version import __version__
 from .credit.builders import Trajectory, batch_from_trajectories
-from .credit.hashing import hash_observation, hash_observations, hash_tokens, token_words
-from .integrations.rows import RowIndex, from_rows, to_rows
+from .credit.estimators import (ESTIMATORS, ConfidenceConfig, Estimator, G2POConfig, GAGPOConfig, GatedBEPOConfig,
+                                GiGPOConfig, GraphGPOConfig, GRPOConfig, HGPOConfig, bepo_additive,
+                                bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate, bepo_nogate_kernel,
+                                compute_advantages, confidence_features, confidence_loss, confidence_returns,
+                                confidence_returns_kernel, estimator_settings, g2po, g2po_kernel, gagpo, gagpo_kernel,
+                                gated_bepo, gated_bepo_kernel, get_estimator, gigpo, gigpo_kernel, graphgpo,
+                                graphgpo_kernel, grpo, grpo_kernel, hgpo, hgpo_kernel, make_config, max_states_for,
+                                parse_estimator_spec, register_estimator)
+from .credit.hashing import hash_observation, hash_observations, hash_tokens
 from .credit.similarity import SimilarityConfig, merge_similar
 from .credit.tokens import to_token_advantages
-from .credit.types import (
-    FAILURE,
-    SUCCESS,
-    TRUNCATED,
-    DROPPED,
-    INVALID_FLAGS,
-    INVALID_MASK,
-    INVALID_OUTCOME,
-    INVALID_PENALTY,
-    INVALID_SCALE,
-    INVALID_VALUE,
-    SCALE_LIMIT,
-    SINGLE_TRAJECTORY,
-    ConfidenceOutput,
-    G2POOutput,
-    GatedBEPOOutput,
-    GiGPOOutput,
-    GraphDiagnostics,
-    GraphGPOOutput,
-    GRPOOutput,
-    StepBatch,
-    check_batch,
-    group_flags,
-    sanitize,
-    split_key64,
-)
-
-from ._version import __version__
+from .credit.types import (DROPPED, FAILURE, INVALID_FLAGS, INVALID_MASK, INVALID_OUTCOME, INVALID_PENALTY,
+                           INVALID_SCALE, INVALID_VALUE, SCALE_LIMIT, SINGLE_TRAJECTORY, SUCCESS, TRUNCATED,
+                           ConfidenceOutput, G2POOutput, GatedBEPOOutput, GiGPOOutput, GraphDiagnostics,
+                           GraphGPOOutput, GRPOOutput, HGPOOutput, StepBatch, check_batch, group_flags, sanitize,
+                           split_key64)
+from .integrations.rows import RowIndex, from_rows, to_rows
 
 __all__ = [
-    "StepBatch", "SUCCESS", "FAILURE", "TRUNCATED", "check_batch", "split_key64",
-    "group_flags", "sanitize", "INVALID_FLAGS", "INVALID_OUTCOME", "INVALID_MASK", "INVALID_VALUE", "INVALID_PENALTY",
-    "INVALID_SCALE", "SCALE_LIMIT", "SINGLE_TRAJECTORY", "DROPPED",
-    "GRPOOutput", "GiGPOOutput", "GraphGPOOutput", "G2POOutput", "GatedBEPOOutput", "ConfidenceOutput", "GraphDiagnostics",
-    *_estimator_names,
-    "hash_observation", "hash_observations", "hash_tokens", "token_words", "to_token_advantages",
-    "Trajectory", "batch_from_trajectories", "RowIndex", "from_rows", "to_rows", "SimilarityConfig", "merge_similar",
     "__version__",
+    # data model
+    "StepBatch", "SUCCESS", "FAILURE", "TRUNCATED", "check_batch", "sanitize", "group_flags", "split_key64",
+    "INVALID_FLAGS", "INVALID_OUTCOME", "INVALID_MASK", "INVALID_VALUE", "INVALID_PENALTY", "INVALID_SCALE",
+    "SCALE_LIMIT", "SINGLE_TRAJECTORY", "DROPPED",
+    # estimators: entries, kernels, configs, outputs, the registry
+    "grpo", "grpo_kernel", "GRPOConfig", "GRPOOutput",
+    "gigpo", "gigpo_kernel", "GiGPOConfig", "GiGPOOutput",
+    "graphgpo", "graphgpo_kernel", "GraphGPOConfig", "GraphGPOOutput",
+    "hgpo", "hgpo_kernel", "HGPOConfig", "HGPOOutput",
+    "g2po", "g2po_kernel", "G2POConfig", "G2POOutput",
+    "gated_bepo", "gated_bepo_kernel", "GatedBEPOConfig", "GatedBEPOOutput", "GraphDiagnostics",
+    "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
+    "gagpo", "gagpo_kernel", "GAGPOConfig",
+    "confidence_returns", "confidence_returns_kernel", "ConfidenceConfig", "ConfidenceOutput", "ConfidenceHead",
+    "confidence_features", "confidence_loss",
+    "ESTIMATORS", "Estimator", "register_estimator", "compute_advantages", "get_estimator", "make_config",
+    "estimator_settings", "parse_estimator_spec", "max_states_for",
+    # around the kernels
+    "hash_observation", "hash_observations", "hash_tokens", "Trajectory", "batch_from_trajectories",
+    "RowIndex", "from_rows", "to_rows", "SimilarityConfig", "merge_similar", "to_token_advantages",
 ]
 
 
-def __getattr__(name):  # ConfidenceHead (Flax) on first use: bepo_jax.credit.estimators loads it
+def __getattr__(name):  # ConfidenceHead needs Flax: loaded on first use, so `import bepo_jax` loads none
     if name == "ConfidenceHead":
-        return _estimators.ConfidenceHead
+        from .credit.estimators.confidence_head import ConfidenceHead
+
+        return ConfidenceHead
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .credit.estimators import GatedBEPOConfig
+from .credit.estimators.registry import parse_settings
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -27,20 +28,6 @@ def _demo(args: argparse.Namespace) -> int:
                           norm=args.norm, solver=args.solver)
     run_demo(bepo=cfg)
     return 0
-
-
-def _parse_set(items: Sequence[str]) -> dict:
-    """``--set lam=0.5 --set norm=mean`` -> {"lam": 0.5, "norm": "mean"} (JSON values, else strings)."""
-    out = {}
-    for item in items or ():
-        if "=" not in item:
-            raise ValueError(f"--set {item!r}: write FIELD=VALUE, e.g. --set lam=0.5.")
-        k, v = item.split("=", 1)
-        try:
-            out[k] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k] = v
-    return out
 
 
 _SPECIAL = ("env", "estimator", "estimator_config")  # --env, --estimator / --arms, --set
@@ -67,7 +54,7 @@ def _run_config(args: argparse.Namespace, base=None, **kw):
     if getattr(args, "unconstrained", False):
         fields["constrained"] = False
     if args.set:
-        fields["estimator_config"] = _parse_set(args.set)
+        fields["estimator_config"] = parse_settings(args.set)
     fields.update({k: v for k, v in kw.items() if v is not None})
     if base is None:
         base = recipe(args.recipe) if getattr(args, "recipe", None) else RunConfig()
@@ -120,7 +107,7 @@ def _compare(args: argparse.Namespace) -> int:
     from .agent.train.compare import compare
 
     arms = parse_arms(args.arms or args.estimators)
-    shared = _parse_set(args.set)
+    shared = parse_settings(args.set)
     if shared:  # --set: the same field on every arm (per-arm settings: LABEL=NAME:field=value)
         with_set = []
         for a in arms:
@@ -248,6 +235,19 @@ def _add_run_flags(p: argparse.ArgumentParser, out_default: str) -> None:
             p.add_argument(flag, dest=f.name, type=type(default), default=None, help=f"(default {default})")
 
 
+def _estimators(args: argparse.Namespace) -> int:
+    from .credit.estimators.registry import ESTIMATORS, estimator_table
+
+    if args.markdown:
+        print("\n".join(estimator_table()))
+        return 0
+    for e in ESTIMATORS.values():
+        fields = ", ".join(f"{k}={v!r}" for k, v in e.config_type().to_dict().items())
+        print(f"{e.name}  ({e.config_type.__name__} -> {e.output_type.__name__}; {e.source})\n    {e.definition}\n"
+              f"    settings (--set FIELD=VALUE): {fields}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .credit.estimators.registry import ESTIMATORS
 
@@ -355,6 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
     le.add_argument("--out", required=True, help="output directory (learn.json, learn.md, learn.png)")
     le.add_argument("--quiet", action="store_true")
     le.set_defaults(func=_learn)
+
+    es = sub.add_parser("estimators", help="list the registered estimators: config, output, definition, source "
+                        "(--markdown: the table of docs/estimators.md)")
+    es.add_argument("--markdown", action="store_true", help="print the registry as docs/estimators.md's table")
+    es.set_defaults(func=_estimators)
 
     d = sub.add_parser("demo", help="print every estimator's credit on the paper's four trajectory patterns")
     defaults = GatedBEPOConfig()

@@ -95,5 +95,20 @@ def test_shell_blocks_name_real_commands():
                 assert set(words[1:]) <= targets, f"{page}: `{line}` names a target the Makefile lacks"
             elif words[0] == "python" and words[1:2] and words[1].endswith(".py"):
                 assert (ROOT / words[1]).exists(), f"{page}: `{line}` names a script that does not exist"
+            elif words[0] == "python" and words[1:2] == ["-m"] and words[2].startswith("experiments."):
+                assert (ROOT / (words[2].replace(".", "/") + ".py")).exists(), \
+                    f"{page}: `{line}` names an experiment module that does not exist"
             checked += 1
     assert checked > 20
+
+
+def test_the_estimator_table_is_the_registry():
+    """docs/estimators.md's table of every registered estimator equals ``estimator_table()``
+    (refresh it with ``bepo-jax estimators --markdown``)."""
+    from bepo_jax.credit.estimators.registry import estimator_table
+
+    text = (ROOT / "docs" / "estimators.md").read_text()
+    found = re.search(r"<!-- registry:estimators -->\n(.*?)<!-- /registry:estimators -->", text, re.S)
+    assert found, "docs/estimators.md lost its registry table markers"
+    assert found.group(1).strip().splitlines() == estimator_table(), \
+        "docs/estimators.md's estimator table differs from the registry; paste `bepo-jax estimators --markdown`"

@@ -43,7 +43,13 @@ class Trajectory:
 
 def batch_from_trajectories(groups: Sequence[Sequence[Trajectory]], *, num_steps: Optional[int] = None,
                             group_size: Optional[int] = None) -> StepBatch:
-    """Pad ``groups`` into a StepBatch of shape [len(groups), K, T]."""
+    """Pad ``groups`` into a StepBatch of shape [len(groups), K, T].
+
+    >>> import bepo_jax as bj
+    >>> b = batch_from_trajectories([[bj.Trajectory(["a", "b"], [0, 1], bj.SUCCESS), bj.Trajectory(["a"], [0], bj.FAILURE)]])
+    >>> b.mask.tolist(), b.outcome.tolist()
+    ([[[True, True], [True, False]]], [[0, 1]])
+    """
     if not groups:
         raise ValueError("batch_from_trajectories needs at least one group.")
     K = max(len(g) for g in groups) if group_size is None else group_size

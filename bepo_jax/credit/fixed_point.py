@@ -156,6 +156,19 @@ def bellman_fixed_point(
 
     The caller handles overflow (``graph.num_states > S``) and automatic buckets; see
     ``bellman_fixed_point_batched``.
+
+    The worked example of docs/estimators.md (gamma 1): s0 -> s1 -> SUCCESS paying 10,
+    s0 -> s2 -> FAILURE, s0 -> s1 -> FAILURE gives V(s0) = 10/3, V(s1) = 5, V(s2) = 0:
+
+    >>> import jax.numpy as jnp
+    >>> from bepo_jax import FAILURE, SUCCESS, hash_observations
+    >>> from bepo_jax.credit.graph import build_graph
+    >>> keys = jnp.asarray(hash_observations([["s0", "s1"], ["s0", "s2"], ["s0", "s1"]]))
+    >>> g = build_graph(keys, jnp.ones((3, 2), bool), jnp.array([SUCCESS, FAILURE, FAILURE]))
+    >>> r = jnp.array([[0.0, 10.0], [0.0, 0.0], [0.0, 0.0]])
+    >>> fp = bellman_fixed_point(g, r, jnp.zeros(6), 1.0, tol=1e-6, max_iters=100, solver="dense")
+    >>> [round(float(v), 4) for v in fp.value[:3]], bool(fp.converged)
+    ([3.3333, 5.0, 0.0], True)
     """
     if solver not in SOLVERS:
         raise ValueError(f"solver={solver!r} is not valid; use one of {SOLVERS}.")

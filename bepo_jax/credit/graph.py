@@ -223,7 +223,17 @@ def float_key(x: Float[Array, "N"]) -> UInt32[Array, "N"]:
 
 
 def state_ids(obs_key: UInt32[Array, "K T 2"], mask: Bool[Array, "K T"]) -> tuple[Int[Array, "K T"], Int[Array, ""]]:
-    """Group-local ids of the source states (merge records with equal 64-bit keys)."""
+    """Group-local ids of the source states (merge records with equal 64-bit keys).
+
+    Two trajectories that see "a", "b" and "a", "c": three states, "a" shared.
+
+    >>> import jax.numpy as jnp
+    >>> from bepo_jax import hash_observations
+    >>> keys = jnp.asarray(hash_observations([["a", "b"], ["a", "c"]]))
+    >>> ids, count = state_ids(keys, jnp.ones((2, 2), bool))
+    >>> ids.tolist(), int(count)
+    ([[0, 1], [0, 2]], 3)
+    """
     K, T = mask.shape
     n = K * T
     flat = obs_key.reshape(n, 2)
@@ -252,6 +262,16 @@ def build_graph(
 
     ``num_successors`` counts distinct successor nodes per state, or distinct
     (r, s') pairs when ``edge_reward`` is given (``gate_on="reward_successor"``).
+
+    The gate's input: state "a" has two distinct successors ("b", "c"), the others one
+    (an END node each):
+
+    >>> import jax.numpy as jnp
+    >>> from bepo_jax import FAILURE, SUCCESS, hash_observations
+    >>> keys = jnp.asarray(hash_observations([["a", "b"], ["a", "c"]]))
+    >>> g = build_graph(keys, jnp.ones((2, 2), bool), jnp.array([SUCCESS, FAILURE]))
+    >>> int(g.num_states), g.num_successors[:3].tolist()
+    (3, [2, 1, 1])
     """
     K, T = mask.shape
     n = K * T
@@ -310,7 +330,7 @@ def graph_diagnostics(graph: GroupGraph, credited: Bool[Array, "K T"], iteration
     degree = jnp.sum(jnp.where(used, graph.num_successors, 0)) / jnp.maximum(graph.num_states, 1)
     return (graph.num_states, singleton, credited_share, degree.astype(jnp.float32),
             jnp.asarray(iterations, jnp.int32), jnp.asarray(converged, bool), jnp.asarray(overflow, bool),
-            jnp.int32(0))  # invalid: set by the estimator's input check (``_common.with_sanitized_input``)
+            jnp.int32(0))  # invalid: set by the estimator's input check (``estimators.common.with_sanitized_input``)
 
 
 def in_shared_state(graph: GroupGraph) -> Bool[Array, "K T"]:

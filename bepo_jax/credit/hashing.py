@@ -55,7 +55,15 @@ def _leaf_bytes(x: Any) -> Optional[bytes]:
 
 
 def hash_observation(obs: Any) -> tuple[int, int]:
-    """The (high, low) uint32 words of one observation's digest."""
+    """The (high, low) uint32 words of one observation's digest.
+
+    Equal observations, equal keys; types are part of the content:
+
+    >>> hash_observation("go north") == hash_observation("go north")
+    True
+    >>> hash_observation("1") == hash_observation(b"1")
+    False
+    """
     data = _leaf_bytes(obs)
     if data is None:
         raise ValueError(f"cannot hash an observation of type {type(obs).__name__}; use {_LEAF_TYPES}.")
@@ -148,6 +156,14 @@ def hash_tokens(tokens: Array, mask: Bool[Array, "*batch L"]) -> UInt32[Array, "
 
     ``tokens`` may have any numeric dtype: its raw bits are hashed (``token_words``),
     so float observations are hashed exactly, not rounded.
+
+    Left and right padding of the same tokens give the same key; another token does not:
+
+    >>> import jax.numpy as jnp
+    >>> keys = hash_tokens(jnp.array([[0, 7, 8], [7, 8, 0], [7, 9, 0]]),
+    ...                    jnp.array([[False, True, True], [True, True, False], [True, True, False]]))
+    >>> bool((keys[0] == keys[1]).all()), bool((keys[1] == keys[2]).all())
+    (True, False)
     """
     tokens = jnp.asarray(tokens)
     mask = jnp.asarray(mask, bool)

@@ -39,10 +39,22 @@ def discounted_cumsum(
 
 
 def discounted_returns(reward, mask, gamma):
-    """G_t = sum_{l >= 0} gamma^l r_{t+l} over the valid steps of each row."""
+    """G_t = sum_{l >= 0} gamma^l r_{t+l} over the valid steps of each row.
+
+    >>> import jax.numpy as jnp
+    >>> discounted_returns(jnp.array([[0.0, 0.0, 1.0]]), jnp.array([[True, True, True]]), 0.5).tolist()
+    [[0.25, 0.5, 1.0]]
+    """
     return discounted_cumsum(reward, mask, gamma)
 
 
 def gae(delta, mask, gamma, lam):
-    """A_t = sum_{l >= 0} (gamma lam)^l delta_{t+l} over the valid steps of each row."""
+    """A_t = sum_{l >= 0} (gamma lam)^l delta_{t+l} over the valid steps of each row.
+
+    The step after the last valid one contributes nothing (masked steps give 0):
+
+    >>> import jax.numpy as jnp
+    >>> gae(jnp.array([[1.0, 1.0, 9.0]]), jnp.array([[True, True, False]]), 1.0, 0.5).tolist()
+    [[1.5, 1.0, 0.0]]
+    """
     return discounted_cumsum(delta, mask, gamma * lam)

@@ -16,7 +16,12 @@ from jaxtyping import Array, Bool, Float
 def to_token_advantages(
     advantage: Float[Array, "B K T"], response_mask: Bool[Array, "B K T L"]
 ) -> Float[Array, "B K T L"]:
-    """Broadcast per-record advantages to the valid tokens of each response."""
+    """Broadcast per-record advantages to the valid tokens of each response.
+
+    >>> import numpy as np
+    >>> to_token_advantages(np.array([[[2.0]]]), np.array([[[[True, True, False]]]])).tolist()
+    [[[[2.0, 2.0, 0.0]]]]
+    """
     advantage = jnp.asarray(advantage)
     if not isinstance(response_mask, jax.core.Tracer):
         response_mask = np.asarray(response_mask)

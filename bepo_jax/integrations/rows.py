@@ -138,6 +138,18 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
         ``similarity``; placed in ``RowIndex.obs_tokens`` [B, K, T, W].
       similarity: a ``SimilarityConfig``: merge similar observations (``merge_similar``)
         so that every graph estimator groups them; None = exact keys.
+
+    verl-agent's rows of one group (two trajectories), GRPO's credit back on the rows (step
+    weighting: statistics over the rows' scores 10, 10, 0):
+
+    >>> import bepo_jax as bj
+    >>> batch, index = bj.from_rows(uid=["g", "g", "g"], traj_uid=["t0", "t0", "t1"], step=[0, 1, 0],
+    ...                             obs_key=["look", "take key", "look"], reward=[0.0, 10.0, 0.0],
+    ...                             outcome=[bj.SUCCESS, bj.SUCCESS, bj.FAILURE])
+    >>> batch.mask.shape
+    (1, 2, 2)
+    >>> [round(float(a), 4) for a in bj.to_rows(bj.grpo(batch).advantage, index)]
+    [0.5774, 0.5774, -1.1547]
     """
     uid = uid if isinstance(uid, np.ndarray) else np.asarray(uid, dtype=object)
     n = len(uid)
@@ -239,7 +251,14 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
 
 
 def to_rows(values, index: RowIndex) -> np.ndarray:
-    """Per-record values [B, K, T] (e.g. ``.advantage``) -> one value per row, in row order."""
+    """Per-record values [B, K, T] (e.g. ``.advantage``) -> one value per row, in row order.
+
+    >>> import numpy as np, bepo_jax as bj
+    >>> batch, index = bj.from_rows(uid=[7, 7], traj_uid=[0, 1], step=[0, 0], obs_key=["a", "a"],
+    ...                             reward=[1.0, 0.0], outcome=[bj.SUCCESS, bj.FAILURE])
+    >>> bj.to_rows(np.array([[[5.0], [6.0]]]), index).tolist()  # record (b, k, t) of each row
+    [5.0, 6.0]
+    """
     values = np.asarray(values)
     if tuple(values.shape[:3]) != tuple(index.shape):
         raise ValueError(f"to_rows: values have shape {values.shape}, expected {index.shape} (the batch from_rows built).")

@@ -37,7 +37,7 @@ import jax
 import numpy as np
 
 from ..credit._config import check_int, check_range
-from ..credit.estimators.registry import compute_advantages, make_config, parse_estimator_spec
+from ..credit.estimators.registry import ESTIMATORS, compute_advantages, make_config, parse_estimator_spec
 from ..credit.types import SUCCESS, StepBatch
 from .exact import Evaluation, check_probs, evaluate
 from .model import TabularModel
@@ -77,8 +77,8 @@ def parse_spec(text: str) -> EstimatorSpec:
     return spec(label, name, **over)
 
 
-DEFAULT_SUITE = tuple(spec(n) for n in ("grpo", "gigpo", "graphgpo", "hgpo", "gagpo", "g2po", "gated_bepo",
-                                        "bepo_nogate", "bepo_mc", "bepo_additive"))
+# every registered estimator the registry marks for the lab (``register_estimator(..., lab=True)``)
+DEFAULT_SUITE = tuple(spec(n) for n, e in ESTIMATORS.items() if e.lab)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

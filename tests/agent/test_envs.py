@@ -49,7 +49,7 @@ def test_jumanji_maze_adapter_steps_like_the_maze():
     tasks = env.sample_tasks(4, 0)
     for i in range(4):
         s = env_reset(env, tasks[i])
-        text = bj.envs.base.render_tokens_text(env.render(s.inner))
+        text = bj.agent.envs.base.render_tokens_text(env.render(s.inner))
         assert text.count("P") == 1 and text.count("O") == 1 and len(text) == 5 * 6
         path = _maze_path(env.observation(s.inner))
         assert path, "the target is reachable"

@@ -92,7 +92,7 @@ def test_invalid_responses_are_noops_with_penalty():
 def test_constrained_decoding_always_spells_an_action():
     env = sk.SokobanConfig(max_steps=4)
     cfg = RolloutConfig(group_size=4, constrained=True, temperature=2.0)
-    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, context=prompt_length(42, 2, 5) + 6, layers=1,
+    model = bj.agent.models.DecoderLM(bj.agent.models.TransformerConfig(vocab=VOCAB, context=prompt_length(42, 2, 5) + 6, layers=1,
                                                             width=16, heads=2), rngs=nnx.Rngs(0))
     levels = sk.generate_levels(2, config=env, seed=1)
     out = jax.jit(make_rollout(model, sk.SokobanEnv(env), cfg))(nnx.state(model, nnx.Param), levels, jax.random.PRNGKey(3))
@@ -106,7 +106,7 @@ def test_constrained_decoding_always_spells_an_action():
 def test_rollout_config_errors():
     with pytest.raises(ValueError, match="max_response=1 is out of range"):
         RolloutConfig(max_response=1)
-    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, context=64, layers=1, width=8, heads=2),
+    model = bj.agent.models.DecoderLM(bj.agent.models.TransformerConfig(vocab=VOCAB, context=64, layers=1, width=8, heads=2),
                                 rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="max_response=4 cannot hold the longest action word"):
         make_rollout(model, sk.SokobanEnv(), RolloutConfig(max_response=4))
@@ -139,7 +139,7 @@ def _random_prompts(seed, n, p):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_attention_without_mask_tensors_equals_the_explicit_mask_at_real_positions(seed):
-    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, layers=2, width=32, heads=4, context=24),
+    model = bj.agent.models.DecoderLM(bj.agent.models.TransformerConfig(vocab=VOCAB, layers=2, width=32, heads=4, context=24),
                                 rngs=nnx.Rngs(seed))
     tok, pm = _random_prompts(seed, 5, 24)
     got, want = np.asarray(model(tok, pm)), np.asarray(_reference_logits(model, jnp.asarray(tok), jnp.asarray(pm)))
@@ -148,7 +148,7 @@ def test_attention_without_mask_tensors_equals_the_explicit_mask_at_real_positio
 
 
 def test_prefill_and_decode_steps_give_the_full_forward_logits():
-    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, layers=2, width=32, heads=4, context=30),
+    model = bj.agent.models.DecoderLM(bj.agent.models.TransformerConfig(vocab=VOCAB, layers=2, width=32, heads=4, context=30),
                                 rngs=nnx.Rngs(2))
     tok, pm = _random_prompts(3, 4, 30)
     P = 18
@@ -166,7 +166,7 @@ def test_prefill_and_decode_steps_give_the_full_forward_logits():
 def test_cached_sampling_equals_the_full_forward_path(constrained, per_row, temperature):
     from bepo_jax.agent.rollout import forced_positions, sample_responses
 
-    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, layers=2, width=32, heads=4, context=40),
+    model = bj.agent.models.DecoderLM(bj.agent.models.TransformerConfig(vocab=VOCAB, layers=2, width=32, heads=4, context=40),
                                 rngs=nnx.Rngs(4))
     tok, pm = _random_prompts(5, 16, 32)
     kw = {}
@@ -187,7 +187,7 @@ def test_cached_sampling_equals_the_full_forward_path(constrained, per_row, temp
 
 def test_rollouts_with_cached_and_full_decoding_are_the_same():
     env = sk.SokobanEnv(sk.SokobanConfig(max_steps=4))
-    model = bj.models.DecoderLM(bj.models.TransformerConfig(vocab=VOCAB, context=prompt_length(42, 2, 5) + 8, layers=1,
+    model = bj.agent.models.DecoderLM(bj.agent.models.TransformerConfig(vocab=VOCAB, context=prompt_length(42, 2, 5) + 8, layers=1,
                                                             width=16, heads=2), rngs=nnx.Rngs(0))
     levels = sk.generate_levels(2, config=env.config, seed=1)
     params = nnx.state(model, nnx.Param)

@@ -19,7 +19,7 @@ def _bfs_solvable(level, max_depth=40):
             return True
         if d >= max_depth:
             continue
-        for dr, dc in sk._MOVES:
+        for dr, dc in sk.MOVES:
             n = (p[0] + dr, p[1] + dc)
             if walls[n]:
                 continue

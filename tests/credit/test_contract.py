@@ -254,7 +254,7 @@ def test_failure_on_the_last_allowed_step_is_failure_in_the_host_loop():
 def test_rollout_names_the_fix_for_a_short_context_and_a_wrong_render_length():
     env = sk.SokobanEnv(sk.SokobanConfig(max_steps=2))
     cfg = RolloutConfig(group_size=2)
-    small = bj.models.DecoderLM(bj.models.TransformerConfig(context=64), rngs=nnx.Rngs(0))
+    small = bj.agent.models.DecoderLM(bj.agent.models.TransformerConfig(context=64), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"TransformerConfig\(context=\d+\) or more"):
         make_rollout(small, env, cfg)
 

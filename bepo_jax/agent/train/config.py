@@ -6,7 +6,7 @@ import dataclasses
 
 from ...credit._config import check_int, check_range, with_dict_methods
 from ..envs.registry import check_env_name
-from ...credit.estimators.registry import ESTIMATORS, make_config
+from ...credit.estimators.registry import ESTIMATORS, estimator_settings
 from ...credit._config import check_choice
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out tasks are drawn with seed + this
@@ -81,15 +81,10 @@ class RunConfig:
         n = "RunConfig"
         check_env_name(self.env)
         check_choice(n, "estimator", self.estimator, ESTIMATORS)
-        cfg_type = ESTIMATORS[self.estimator].config_type
-        if isinstance(self.estimator_config, cfg_type):  # the estimator's own config: stored as its changed fields
-            given, default = self.estimator_config.to_dict(), cfg_type().to_dict()
-            object.__setattr__(self, "estimator_config", {k: v for k, v in given.items() if v != default[k]})
-        if not isinstance(self.estimator_config, dict):
-            raise ValueError(f"RunConfig.estimator_config must be a {cfg_type.__name__} (the {self.estimator!r} "
-                             "estimator's config) or a dict of its fields; got "
-                             f"{type(self.estimator_config).__name__}.")
-        make_config(self.estimator, **self.estimator_config)  # unknown fields raise, listing the valid ones
+        # the estimator's own config or a dict of its fields, stored as the fields that differ from the
+        # defaults; validated in the registry, the one home of estimator settings
+        object.__setattr__(self, "estimator_config", estimator_settings(self.estimator, self.estimator_config,
+                                                                            what="RunConfig.estimator_config"))
         for f in ("iterations", "groups", "group_size", "layers", "width", "heads", "ppo_epochs", "num_minibatches",
                   "eval_tasks", "eval_every", "checkpoint_every", "keep_checkpoints", "boxes", "rooms", "objects",
                   "quest_length"):

@@ -1,31 +1,36 @@
-"""Advantage estimators: every one is (StepBatch, Config) -> Output, listed in ``ESTIMATORS``."""
+"""Advantage estimators: every one is (StepBatch, Config) -> Output, registered in ``ESTIMATORS``.
 
+Each module registers its estimators with ``@register_estimator`` when it is imported; the
+imports below are the built-ins, in the registry's order (baselines, then the BEPO family).
+An estimator of your own registers the same way from your own module (docs/contributing.md).
+"""
+
+from .registry import (ESTIMATORS, Estimator, compute_advantages, estimator_settings, estimator_table, get_estimator,
+                       make_config, parse_estimator_spec, parse_settings, register_estimator)
+from .grpo import GRPOConfig, grpo, grpo_kernel
+from .gigpo import GiGPOConfig, gigpo, gigpo_kernel
+from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
+from .hgpo import HGPOConfig, hgpo, hgpo_kernel
+from .g2po import G2POConfig, g2po, g2po_kernel
+from .bepo import GatedBEPOConfig, gated_bepo, gated_bepo_kernel
 from .ablations import (GAGPOConfig, bepo_additive, bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate,
                         bepo_nogate_kernel, gagpo, gagpo_kernel)
-from .bepo import GatedBEPOConfig, gated_bepo, gated_bepo_kernel
-from .confidence import (ConfidenceConfig, confidence_features, confidence_loss,
-                         confidence_returns, confidence_returns_kernel)
-from .g2po import G2POConfig, g2po, g2po_kernel
-from .gigpo import GiGPOConfig, gigpo, gigpo_kernel, step_group_advantage
-from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
-from .grpo import GRPOConfig, grpo, grpo_kernel, outcome_advantage
-from .hgpo import HGPOConfig, hgpo, hgpo_kernel
-from ._common import max_states_for
-from .registry import ESTIMATORS, Estimator, compute_advantages, get_estimator, make_config, parse_estimator_spec
+from .confidence import ConfidenceConfig, confidence_features, confidence_loss, confidence_returns, confidence_returns_kernel
+from .common import max_states_for
 
 __all__ = [
-    "GRPOConfig", "grpo", "grpo_kernel", "outcome_advantage",
-    "GiGPOConfig", "gigpo", "gigpo_kernel", "step_group_advantage",
+    "ESTIMATORS", "Estimator", "compute_advantages", "estimator_settings", "estimator_table", "get_estimator",
+    "make_config", "parse_estimator_spec", "parse_settings", "register_estimator",
+    "GRPOConfig", "grpo", "grpo_kernel",
+    "GiGPOConfig", "gigpo", "gigpo_kernel",
     "GraphGPOConfig", "graphgpo", "graphgpo_kernel",
     "HGPOConfig", "hgpo", "hgpo_kernel",
-    "GAGPOConfig", "gagpo", "gagpo_kernel",
     "G2POConfig", "g2po", "g2po_kernel",
     "GatedBEPOConfig", "gated_bepo", "gated_bepo_kernel",
+    "GAGPOConfig", "gagpo", "gagpo_kernel",
     "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
     "ConfidenceConfig", "ConfidenceHead", "confidence_features", "confidence_loss", "confidence_returns",
-    "confidence_returns_kernel",
-    "ESTIMATORS", "Estimator", "compute_advantages", "get_estimator", "make_config", "max_states_for",
-    "parse_estimator_spec",
+    "confidence_returns_kernel", "max_states_for",
 ]
 
 

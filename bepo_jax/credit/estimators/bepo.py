@@ -27,8 +27,9 @@ from ..graph import build_graph, gather_node, graph_diagnostics, history_keys
 from ..returns import discounted_returns, gae
 from ..stats import STD_DDOF, masked_moments, segment_moments
 from ..types import GatedBEPOOutput, GraphDiagnostics, StepBatch
-from ._common import (check_graph_fields, check_outcome_fields, entry_point, per_group, stop_gradient,
+from .common import (check_graph_fields, check_outcome_fields, entry_point, per_group, stop_gradient,
                       with_sanitized_input)
+from .registry import register_estimator
 from .grpo import outcome_advantage
 
 
@@ -163,6 +164,24 @@ def gated_bepo_kernel(batch: StepBatch, config: GatedBEPOConfig) -> GatedBEPOOut
 _gated_bepo_jit = jax.jit(gated_bepo_kernel)
 
 
+@register_estimator("gated_bepo", kernel=gated_bepo_kernel, config=GatedBEPOConfig, output=GatedBEPOOutput, graph=True,
+                    definition="eta A_out + w rho GAE(TD residuals of the mean-backup fixed point)",
+                    source="arXiv 2608.06861")
 def gated_bepo(batch: StepBatch, config: GatedBEPOConfig = GatedBEPOConfig(), *, check: bool = True) -> GatedBEPOOutput:
-    """Gated-BEPO advantage (docs/estimators.md, Gated-BEPO); see ``GatedBEPOOutput`` for the fields."""
+    """Gated-BEPO advantage (docs/estimators.md, Gated-BEPO); see ``GatedBEPOOutput`` for the fields.
+
+    The worked example of docs/estimators.md: s0 (successors s1, s2) and s1 (SUCCESS, FAILURE)
+    have two distinct successors each, so their records are gated (rho = 1) and get step
+    credit; s2 (one successor) keeps the outcome credit:
+
+    >>> import bepo_jax as bj
+    >>> batch = bj.batch_from_trajectories([[bj.Trajectory(["s0", "s1"], [0, 10], bj.SUCCESS),
+    ...                                      bj.Trajectory(["s0", "s2"], [0, 0], bj.FAILURE),
+    ...                                      bj.Trajectory(["s0", "s1"], [0, 0], bj.FAILURE)]])
+    >>> out = gated_bepo(batch, bj.GatedBEPOConfig(gamma=1.0))
+    >>> out.gate[0].astype(int).tolist()
+    [[1, 1], [1, 0], [1, 1]]
+    >>> [round(float(v), 3) for v in out.value[0].reshape(-1)]
+    [3.333, 5.0, 3.333, 0.0, 3.333, 5.0]
+    """
     return entry_point(_gated_bepo_jit, batch, config, GatedBEPOConfig, check=check)

@@ -26,7 +26,8 @@ from jaxtyping import Array, Bool, Float, Int
 from .._config import check_choice, check_range, pytree_config
 from ..returns import discounted_cumsum
 from ..types import SUCCESS, ConfidenceOutput, StepBatch
-from ._common import check_graph_fields, entry_point, with_sanitized_input
+from .common import check_graph_fields, entry_point, with_sanitized_input
+from .registry import register_estimator
 from .bepo import GatedBEPOConfig, bepo_batch_sanitized
 
 CONFIDENCE_SOURCES = ("constant", "gate", "given")
@@ -92,6 +93,9 @@ def confidence_returns_kernel(batch: StepBatch, config: ConfidenceConfig,
 _confidence_jit = jax.jit(confidence_returns_kernel)
 
 
+@register_estimator("confidence_returns", kernel=confidence_returns_kernel, config=ConfidenceConfig, output=ConfidenceOutput, graph=True, lab=False,
+                    definition="R_t = r_t + c_t gamma R_{t+1} minus the fixed-point value",
+                    source="a blog reading of the paper (docs/estimators.md)")
 def confidence_returns(batch: StepBatch, config: ConfidenceConfig = ConfidenceConfig(),
                        confidence: Float[Array, "B K T"] | None = None, *, check: bool = True) -> ConfidenceOutput:
     """Confidence-discounted returns minus the fixed-point baseline (docs/estimators.md).

@@ -39,7 +39,8 @@ from ..graph import build_graph, dense_ids, gather_node, graph_diagnostics, hist
 from ..returns import discounted_returns
 from ..stats import STD_DDOF, masked_moments, scale_deviation, segment_moments
 from ..types import G2POOutput, GraphDiagnostics, StepBatch
-from ._common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
+from .common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
+from .registry import register_estimator
 from .grpo import outcome_advantage
 
 UNITS = ("edge", "record")
@@ -135,6 +136,9 @@ def g2po_kernel(batch: StepBatch, config: G2POConfig) -> G2POOutput:
 _g2po_jit = jax.jit(g2po_kernel)
 
 
+@register_estimator("g2po", kernel=g2po_kernel, config=G2POConfig, output=G2POOutput, graph=True,
+                    definition="beta_G (delta_e - mu_E) / sigma_E + beta_E A^E: TD errors of edges (s, s') with V = per-state MC means, standardised over the group's edges",
+                    source="Wang et al. 2026, arXiv 2606.22995 (from its abstract)")
 def g2po(batch: StepBatch, config: G2POConfig = G2POConfig(), *, check: bool = True) -> G2POOutput:
     """G2PO advantage (docs/estimators.md, G2PO); ``.advantage`` float32 [B, K, T]."""
     return entry_point(_g2po_jit, batch, config, G2POConfig, check=check)

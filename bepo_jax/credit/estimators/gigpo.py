@@ -25,7 +25,8 @@ from ..graph import build_graph, graph_diagnostics, history_keys, in_shared_stat
 from ..returns import discounted_returns
 from ..stats import STD_DDOF, scale_deviation, segment_moments
 from ..types import GiGPOOutput, GraphDiagnostics, StepBatch
-from ._common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
+from .common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
+from .registry import register_estimator
 from .grpo import outcome_advantage
 
 
@@ -104,6 +105,9 @@ def gigpo_kernel(batch: StepBatch, config: GiGPOConfig) -> GiGPOOutput:
 _gigpo_jit = jax.jit(gigpo_kernel)
 
 
+@register_estimator("gigpo", kernel=gigpo_kernel, config=GiGPOConfig, output=GiGPOOutput, graph=True,
+                    definition="A^E + omega A^S, step groups of equal observations",
+                    source="Feng et al. 2025, arXiv 2505.10978; verl-agent")
 def gigpo(batch: StepBatch, config: GiGPOConfig = GiGPOConfig(), *, check: bool = True) -> GiGPOOutput:
     """GiGPO advantage (docs/estimators.md, GiGPO); ``.advantage`` float32 [B, K, T]."""
     return entry_point(_gigpo_jit, batch, config, GiGPOConfig, check=check)

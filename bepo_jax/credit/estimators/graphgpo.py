@@ -27,7 +27,8 @@ from jaxtyping import Array, Float, Int
 from .._config import check_bool, check_int, check_range, pytree_config
 from ..graph import GroupGraph, build_graph, graph_diagnostics, history_keys, in_shared_state
 from ..types import SUCCESS, GraphDiagnostics, GraphGPOOutput, StepBatch
-from ._common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
+from .common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
+from .registry import register_estimator
 from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
 
@@ -130,6 +131,9 @@ def graphgpo_kernel(batch: StepBatch, config: GraphGPOConfig) -> GraphGPOOutput:
 _graphgpo_jit = jax.jit(graphgpo_kernel)
 
 
+@register_estimator("graphgpo", kernel=graphgpo_kernel, config=GraphGPOConfig, output=GraphGPOOutput, graph=True,
+                    definition="step return 10 omega_g^d(s') (or ^(d(s')-d(s)+1)) from shortest paths to SUCCESS, normalised in step groups, + A^E",
+                    source="Cheng et al. 2026 (GraphGPO)")
 def graphgpo(batch: StepBatch, config: GraphGPOConfig = GraphGPOConfig(), *, check: bool = True) -> GraphGPOOutput:
     """GraphGPO advantage (docs/estimators.md); ``.advantage`` float32 [B, K, T]."""
     return entry_point(_graphgpo_jit, batch, config, GraphGPOConfig, check=check)

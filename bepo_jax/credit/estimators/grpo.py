@@ -24,7 +24,8 @@ from jaxtyping import Array, Bool, Float
 from .._config import pytree_config
 from ..stats import STD_DDOF, masked_moments, scale_deviation
 from ..types import GRPOOutput, StepBatch
-from ._common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
+from .common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
+from .registry import register_estimator
 
 
 @pytree_config(static=("norm", "weighting", "std"))
@@ -95,10 +96,19 @@ def grpo_kernel(batch: StepBatch, config: GRPOConfig) -> GRPOOutput:
 _grpo_jit = jax.jit(grpo_kernel)
 
 
+@register_estimator("grpo", kernel=grpo_kernel, config=GRPOConfig, output=GRPOOutput, graph=False,
+                    definition="group-normalised outcome: (S_i - mu) / (sigma + eps)",
+                    source="Shao et al. 2024; verl-agent")
 def grpo(batch: StepBatch, config: GRPOConfig = GRPOConfig(), *, check: bool = True) -> GRPOOutput:
     """Group-relative outcome advantage (docs/estimators.md, outcome advantage); ``.advantage`` float32 [B, K, T].
 
     ``check=False`` skips the value checks (prefix masks, finiteness, outcome codes),
     which read the arrays back to the host; shapes and dtypes are always checked.
+
+    >>> import bepo_jax as bj
+    >>> batch = bj.batch_from_trajectories([[bj.Trajectory(["a"], [10.0], bj.SUCCESS),
+    ...                                      bj.Trajectory(["a"], [0.0], bj.FAILURE)]])
+    >>> [round(float(a), 4) for a in grpo(batch).advantage[0, :, 0]]
+    [0.7071, -0.7071]
     """
     return entry_point(_grpo_jit, batch, config, GRPOConfig, check=check)

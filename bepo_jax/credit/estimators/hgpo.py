@@ -32,7 +32,8 @@ from ..graph import build_graph, graph_diagnostics, history_keys, state_ids
 from ..returns import discounted_returns
 from ..stats import masked_moments
 from ..types import GraphDiagnostics, HGPOOutput, StepBatch
-from ._common import NORMS, entry_point, per_group, stop_gradient, with_sanitized_input
+from .common import NORMS, entry_point, per_group, stop_gradient, with_sanitized_input
+from .registry import register_estimator
 from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
 
@@ -118,6 +119,9 @@ def hgpo_kernel(batch: StepBatch, config: HGPOConfig) -> HGPOOutput:
 _hgpo_jit = jax.jit(hgpo_kernel)
 
 
+@register_estimator("hgpo", kernel=hgpo_kernel, config=HGPOConfig, output=HGPOOutput, graph=True,
+                    definition="weighted mean over history levels k of step-return advantages in groups of equal last-k observations",
+                    source="He et al. 2026 (HGPO); verl-agent HGPO recipe")
 def hgpo(batch: StepBatch, config: HGPOConfig = HGPOConfig(), *, check: bool = True) -> HGPOOutput:
     """HGPO advantage (docs/estimators.md, HGPO); ``.advantage`` float32 [B, K, T]."""
     return entry_point(_hgpo_jit, batch, config, HGPOConfig, check=check)

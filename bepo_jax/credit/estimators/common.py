@@ -1,4 +1,6 @@
-"""Plumbing shared by every estimator: the host entry point and the group vmap."""
+"""The building blocks every estimator shares (and an estimator of your own uses; docs/contributing.md):
+``per_group`` (the group vmap), ``with_sanitized_input`` (the in-jit input guard), ``stop_gradient``
+and ``entry_point`` (host checks, then the jitted kernel)."""
 
 from __future__ import annotations
 
