@@ -39,9 +39,11 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().
                                                        / f"py{sys.version_info[0]}{sys.version_info[1]}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
-# `make test` collects the package's docstring examples too (--doctest-modules bepo_jax): every module
-# is imported for that, but the Tunix adapter needs google-tunix (Python 3.12's lock only).
+# `make test` collects the package's docstring examples too (--doctest-modules): every module is imported
+# for that, but a script is not a module to import (the multi-host worker runs on import), and the Tunix
+# adapter needs google-tunix (Python 3.12's lock only).
+collect_ignore = ["tests/agent/multihost_worker.py"]
 try:
     import tunix  # noqa: F401
 except ImportError:
-    collect_ignore_glob = ["bepo_jax/integrations/tunix.py"]
+    collect_ignore.append("bepo_jax/integrations/tunix.py")

@@ -23,39 +23,16 @@
 # how fast the mean-backup fixed point converges.
 
 # %%
-# Set-up (CPU, GPU or TPU runtime). A local checkout with `make test` already has bepo_jax.
-# Elsewhere (Colab) set BEPO_JAX_SOURCE to your copy of this repository first: a pip
-# requirement such as "git+https://github.com/<you>/bepo_jax", or a folder you uploaded,
-# e.g. run `%env BEPO_JAX_SOURCE=/content/bepo_jax` in a cell above this one.
-import importlib.util, os, shutil, subprocess, sys
+# Set-up (CPU, GPU or TPU runtime). A checkout with `make test` already has bepo_jax; elsewhere (Colab) set
+# BEPO_JAX_SOURCE first (`%env BEPO_JAX_SOURCE=git+https://github.com/<you>/bepo_jax`, or an uploaded folder).
+import importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("bepo_jax") is None:
-    source = os.environ.get("BEPO_JAX_SOURCE")
-    if not source:
-        raise RuntimeError("bepo_jax is not installed here: set BEPO_JAX_SOURCE to your copy of the repository "
-                           "(a git+https URL of your fork or an uploaded folder), then run this cell again.")
-    import importlib.metadata as md, tempfile
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--no-deps", os.environ["BEPO_JAX_SOURCE"]])
+    importlib.invalidate_caches()
+    import bepo_jax_install  # installs the dependencies beside the runtime's own JAX (docs/notebooks.md)
 
-    # Never change the runtime's JAX: pin what is installed (pip refuses rather than downgrade);
-    # only a runtime without JAX gets the accelerator extra.
-    pins = []
-    for name in ("jax", "jaxlib"):
-        try:
-            pins.append(f"{name}=={md.version(name)}")
-        except md.PackageNotFoundError:
-            pass
-    extra = "notebooks" if pins else "tpu" if os.environ.get("COLAB_TPU_ADDR") or os.path.exists("/dev/accel0") else (
-        "cuda" if shutil.which("nvidia-smi") else "notebooks")
-    extras = "notebooks" if extra == "notebooks" else f"notebooks,{extra}"
-    spec = f"bepo-jax[{extras}] @ {source}" if "://" in source else f"{source}[{extras}]"
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pinned:
-        pinned.write("\n".join(pins))
-    try:
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", spec, "-c", pinned.name])
-    except subprocess.CalledProcessError as err:
-        raise RuntimeError(f"pip refused to install bepo_jax beside this runtime's {', '.join(pins)}: bepo_jax supports "
-                           "JAX 0.10.x on Python 3.11 and JAX 0.11.2-0.12.x on Python 3.12+, and this cell never "
-                           "changes a runtime's JAX.") from err
+    bepo_jax_install.install()
 import jax
 import matplotlib.pyplot as plt
 import bepo_jax as bj

@@ -102,13 +102,14 @@ def test_shell_blocks_name_real_commands():
     assert checked > 20
 
 
-def test_the_estimator_table_is_the_registry():
-    """docs/estimators.md's table of every registered estimator equals ``estimator_table()``
-    (refresh it with ``bepo-jax estimators --markdown``)."""
+@pytest.mark.parametrize("page", ["README.md", "docs/estimators.md"])
+def test_the_estimator_table_is_the_registry(page):
+    """The table of every registered estimator in README.md and docs/estimators.md equals
+    ``estimator_table()`` (refresh it with ``bepo-jax estimators --markdown``)."""
     from bepo_jax.credit.estimators.registry import estimator_table
 
-    text = (ROOT / "docs" / "estimators.md").read_text()
+    text = (ROOT / page).read_text()
     found = re.search(r"<!-- registry:estimators -->\n(.*?)<!-- /registry:estimators -->", text, re.S)
-    assert found, "docs/estimators.md lost its registry table markers"
+    assert found, f"{page} lost its registry table markers"
     assert found.group(1).strip().splitlines() == estimator_table(), \
-        "docs/estimators.md's estimator table differs from the registry; paste `bepo-jax estimators --markdown`"
+        f"{page}'s estimator table differs from the registry; paste `bepo-jax estimators --markdown`"

@@ -30,7 +30,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Int, UInt32
+from jaxtyping import Array, Bool, UInt32
 
 _LEAF_TYPES = "str, bytes, NumPy/JAX arrays or scalars"
 

@@ -16,7 +16,7 @@ from bepo_jax.lab import (GraphWorld, TabularModel, boltzmann_policy, enumerate_
 from bepo_jax.lab.quality import (LabConfig, affine_error, credit_quality, paired_difference, parse_spec,
                                   record_metrics, sign_accuracy, spec)
 from bepo_jax.lab.sample import sample_groups
-from bepo_jax.credit.types import FAILURE, SUCCESS, TRUNCATED, outcome_codes
+from bepo_jax.credit.types import outcome_codes
 
 
 def _tiny_world() -> GraphWorld:

@@ -1,6 +1,5 @@
 """Exact tabular learning curves (bepo_jax.lab.learning) against plain loops and the lab's own exact evaluation."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -53,11 +53,14 @@ bepo_additive, bepo_additive_kernel = _ablation(
     "bepo_additive", "Gated-BEPO with eta_gated = 1: the outcome credit is not reduced at gated states.", eta_gated=1.0)
 
 register_estimator("bepo_nogate", kernel=bepo_nogate_kernel, config=GatedBEPOConfig, output=GatedBEPOOutput, graph=True,
-                   definition="Gated-BEPO with rho = 1 everywhere", source="ablation, arXiv 2608.06861")(bepo_nogate)
+                   definition="Gated-BEPO with rho = 1 everywhere (uniform fixed-weight fusion)",
+                   source="ablation of arXiv 2608.06861")(bepo_nogate)
 register_estimator("bepo_mc", kernel=bepo_mc_kernel, config=GatedBEPOConfig, output=GatedBEPOOutput, graph=True,
-                   definition="Gated-BEPO with V = MC means (no fixed point)", source="ablation, arXiv 2608.06861")(bepo_mc)
+                   definition="Gated-BEPO with V = the Monte-Carlo initialisation (no fixed point)",
+                   source="ablation of arXiv 2608.06861")(bepo_mc)
 register_estimator("bepo_additive", kernel=bepo_additive_kernel, config=GatedBEPOConfig, output=GatedBEPOOutput, graph=True,
-                   definition="Gated-BEPO with eta_gated = 1", source="ablation, arXiv 2608.06861")(bepo_additive)
+                   definition="Gated-BEPO with eta_gated = 1 (no outcome reduction)",
+                   source="ablation of arXiv 2608.06861")(bepo_additive)
 
 
 @pytree_config(static=("norm", "weighting", "std", "history", "fp_scale"))
@@ -107,8 +110,8 @@ _gagpo_jit = jax.jit(gagpo_kernel)
 
 
 @register_estimator("gagpo", kernel=gagpo_kernel, config=GAGPOConfig, output=GatedBEPOOutput, graph=True,
-                    definition="A_out + w GAE(TD residuals of per-state MC means), no gate",
-                    source="Zhu et al. 2026 (GAGPO)")
+                    definition="A_out + w GAE(TD residuals of per-state Monte-Carlo means), no gate",
+                    source="Zhu et al. 2026")
 def gagpo(batch: StepBatch, config: GAGPOConfig = GAGPOConfig(), *, check: bool = True) -> GatedBEPOOutput:
     """GAGPO: A = A_out + w GAE(delta) with V = per-state MC means (docs/estimators.md)."""
     return entry_point(_gagpo_jit, batch, config, GAGPOConfig, check=check)

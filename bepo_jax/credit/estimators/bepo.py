@@ -165,8 +165,9 @@ _gated_bepo_jit = jax.jit(gated_bepo_kernel)
 
 
 @register_estimator("gated_bepo", kernel=gated_bepo_kernel, config=GatedBEPOConfig, output=GatedBEPOOutput, graph=True,
-                    definition="eta A_out + w rho GAE(TD residuals of the mean-backup fixed point)",
-                    source="arXiv 2608.06861")
+                    definition="eta_i A_out_i + w rho(s_i) A_FP_i; A_FP = GAE of the TD residuals of the mean-backup "
+                               "Bellman fixed point; rho = >= 2 distinct successors",
+                    source="arXiv 2608.06861 (steps 3-6 reconstructed: docs/open-choices.md)")
 def gated_bepo(batch: StepBatch, config: GatedBEPOConfig = GatedBEPOConfig(), *, check: bool = True) -> GatedBEPOOutput:
     """Gated-BEPO advantage (docs/estimators.md, Gated-BEPO); see ``GatedBEPOOutput`` for the fields.
 

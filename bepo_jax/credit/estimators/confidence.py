@@ -93,8 +93,10 @@ def confidence_returns_kernel(batch: StepBatch, config: ConfidenceConfig,
 _confidence_jit = jax.jit(confidence_returns_kernel)
 
 
-@register_estimator("confidence_returns", kernel=confidence_returns_kernel, config=ConfidenceConfig, output=ConfidenceOutput, graph=True, lab=False,
-                    definition="R_t = r_t + c_t gamma R_{t+1} minus the fixed-point value",
+@register_estimator("confidence_returns", kernel=confidence_returns_kernel, config=ConfidenceConfig,
+                    output=ConfidenceOutput, graph=True, lab=False,
+                    definition="R_t = r_t + c_t gamma R_{t+1} minus the fixed-point value; c constant, the gate, or a "
+                               "learned `ConfidenceHead`",
                     source="a blog reading of the paper (docs/estimators.md)")
 def confidence_returns(batch: StepBatch, config: ConfidenceConfig = ConfidenceConfig(),
                        confidence: Float[Array, "B K T"] | None = None, *, check: bool = True) -> ConfidenceOutput:

@@ -137,8 +137,9 @@ _g2po_jit = jax.jit(g2po_kernel)
 
 
 @register_estimator("g2po", kernel=g2po_kernel, config=G2POConfig, output=G2POOutput, graph=True,
-                    definition="beta_G (delta_e - mu_E) / sigma_E + beta_E A^E: TD errors of edges (s, s') with V = per-state MC means, standardised over the group's edges",
-                    source="Wang et al. 2026, arXiv 2606.22995 (from its abstract)")
+                    definition="beta_G A^G + beta_E A^E; A^G = TD errors of edges (s, s') with V = per-state Monte-Carlo "
+                               "means, standardised over the group's edges",
+                    source="Wang et al. 2026 (arXiv 2606.22995; reconstructed from its abstract)")
 def g2po(batch: StepBatch, config: G2POConfig = G2POConfig(), *, check: bool = True) -> G2POOutput:
     """G2PO advantage (docs/estimators.md, G2PO); ``.advantage`` float32 [B, K, T]."""
     return entry_point(_g2po_jit, batch, config, G2POConfig, check=check)

@@ -106,8 +106,9 @@ _gigpo_jit = jax.jit(gigpo_kernel)
 
 
 @register_estimator("gigpo", kernel=gigpo_kernel, config=GiGPOConfig, output=GiGPOOutput, graph=True,
-                    definition="A^E + omega A^S, step groups of equal observations",
-                    source="Feng et al. 2025, arXiv 2505.10978; verl-agent")
+                    definition="A^E + omega A^S; A^S normalises G_i + penalty_i within equal-observation step groups "
+                               "(singletons 0)",
+                    source="Feng et al. 2025 (arXiv 2505.10978); verl-agent `core_gigpo.py`")
 def gigpo(batch: StepBatch, config: GiGPOConfig = GiGPOConfig(), *, check: bool = True) -> GiGPOOutput:
     """GiGPO advantage (docs/estimators.md, GiGPO); ``.advantage`` float32 [B, K, T]."""
     return entry_point(_gigpo_jit, batch, config, GiGPOConfig, check=check)

@@ -132,8 +132,9 @@ _graphgpo_jit = jax.jit(graphgpo_kernel)
 
 
 @register_estimator("graphgpo", kernel=graphgpo_kernel, config=GraphGPOConfig, output=GraphGPOOutput, graph=True,
-                    definition="step return 10 omega_g^d(s') (or ^(d(s')-d(s)+1)) from shortest paths to SUCCESS, normalised in step groups, + A^E",
-                    source="Cheng et al. 2026 (GraphGPO)")
+                    definition="beta_G A^G + beta_E A^E; step return 10 omega_g^d(s'), d = shortest path to SUCCESS "
+                               "(min-plus fixed point)",
+                    source="Cheng et al. 2026; verl-agent GraphGPO recipe")
 def graphgpo(batch: StepBatch, config: GraphGPOConfig = GraphGPOConfig(), *, check: bool = True) -> GraphGPOOutput:
     """GraphGPO advantage (docs/estimators.md); ``.advantage`` float32 [B, K, T]."""
     return entry_point(_graphgpo_jit, batch, config, GraphGPOConfig, check=check)

@@ -97,7 +97,7 @@ _grpo_jit = jax.jit(grpo_kernel)
 
 
 @register_estimator("grpo", kernel=grpo_kernel, config=GRPOConfig, output=GRPOOutput, graph=False,
-                    definition="group-normalised outcome: (S_i - mu) / (sigma + eps)",
+                    definition="A_i = (S_i - mu) / (sigma + eps) over the group (or S_i - mu); S_i = R_k + penalty_i",
                     source="Shao et al. 2024; verl-agent")
 def grpo(batch: StepBatch, config: GRPOConfig = GRPOConfig(), *, check: bool = True) -> GRPOOutput:
     """Group-relative outcome advantage (docs/estimators.md, outcome advantage); ``.advantage`` float32 [B, K, T].

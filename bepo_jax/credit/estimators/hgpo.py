@@ -120,8 +120,9 @@ _hgpo_jit = jax.jit(hgpo_kernel)
 
 
 @register_estimator("hgpo", kernel=hgpo_kernel, config=HGPOConfig, output=HGPOOutput, graph=True,
-                    definition="weighted mean over history levels k of step-return advantages in groups of equal last-k observations",
-                    source="He et al. 2026 (HGPO); verl-agent HGPO recipe")
+                    definition="weighted mean over history levels k = 1..h+1 of the step return normalised in groups of "
+                               "equal last-k observations",
+                    source="He et al. 2026; verl-agent HGPO recipe")
 def hgpo(batch: StepBatch, config: HGPOConfig = HGPOConfig(), *, check: bool = True) -> HGPOOutput:
     """HGPO advantage (docs/estimators.md, HGPO); ``.advantage`` float32 [B, K, T]."""
     return entry_point(_hgpo_jit, batch, config, HGPOConfig, check=check)
