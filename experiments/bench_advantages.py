@@ -23,9 +23,7 @@ import jax
 import numpy as np
 
 import bepo_jax as bj
-from bepo_jax.credit import (
-    reference as ref,  # (the plain-loop implementations the tests check against)
-)
+from bepo_jax.credit import reference as ref  # the plain-loop implementations the tests check against
 from experiments.common import ROOT, command, machine, parser, write_json, write_lines
 from experiments.dict_baselines import dict_gated_bepo, dict_gigpo
 from experiments.gridroom import grid_room_batch

@@ -140,6 +140,16 @@ def test_no_import_runs_up_a_layer():
     assert not bad, "imports against the layering:\n" + "\n".join(bad)
 
 
+def test_only_the_experiments_tests_import_experiments():
+    """Tests are laid out like the package: ``tests/experiments/`` holds every test of the experiments,
+    and no other test reaches into them."""
+    graph = import_graph(("tests", "bepo_jax", "experiments"))
+    bad = sorted(m for m, deps in graph.items() if m.startswith("tests.") and not m.startswith("tests.experiments.")
+                 and any(d == "experiments" or d.startswith("experiments.") for d in deps))
+    assert not bad, f"tests outside tests/experiments/ import experiments: {bad}"
+    assert not [m for m, deps in graph.items() if m.startswith("bepo_jax") and any(d.startswith("tests") for d in deps)]
+
+
 def test_the_checker_sees_a_circle_and_an_upward_import():
     """The checks fail where they should: a made-up graph with a circle and an upward edge."""
     g = {"bepo_jax.credit.a": {"bepo_jax.credit.b"}, "bepo_jax.credit.b": {"bepo_jax.credit.a"},

@@ -3,6 +3,7 @@ history-aware keys, diagnostics, configs as dicts."""
 
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -256,6 +257,33 @@ def test_registry_lists_every_estimator_and_runs_them():
             d = out.diagnostics
             assert int(d.num_states[0]) == 3
             assert float(d.singleton_share[0]) == pytest.approx(1 / 5)  # only "b" is visited once
+
+
+@pytest.mark.parametrize("name", list(bj.ESTIMATORS))
+def test_every_registered_kernel_under_jit_equals_its_host_entry(name):
+    """The registration's promise (docs/contributing.md): ``kernel`` is the jittable form of ``fn``
+    and returns the registered output type."""
+    est = bj.ESTIMATORS[name]
+    b = batch_from_trajectories([[Trajectory(["a", "b"], [0, 10], SUCCESS), Trajectory(["a", "c", "c"], [0, 0, 0], FAILURE)],
+                                 [Trajectory(["x"], [1.0], SUCCESS), Trajectory(["x", "y"], [0, 0], FAILURE)]])
+    cfg = est.config_type()
+    host, jitted = est.fn(b, cfg), jax.jit(est.kernel)(b, cfg)
+    assert type(host) is est.output_type and type(jitted) is est.output_type
+    np.testing.assert_array_equal(np.asarray(host.advantage), np.asarray(jitted.advantage))
+
+
+def test_registration_refuses_a_taken_name_a_bad_name_and_a_bare_config():
+    from bepo_jax.credit.estimators.registry import register_estimator
+
+    grpo = bj.ESTIMATORS["grpo"]
+    kw = dict(kernel=grpo.kernel, config=bj.GRPOConfig, output=bj.GRPOOutput, definition="d", source="s", graph=False)
+    with pytest.raises(ValueError, match="'grpo' is registered already"):
+        register_estimator("grpo", **kw)(grpo.fn)
+    with pytest.raises(ValueError, match="lower-case letters"):
+        register_estimator("My-GRPO", **kw)
+    with pytest.raises(TypeError, match="lacks from_dict, to_dict, replace"):
+        register_estimator("bare", **{**kw, "config": object})
+    assert list(bj.ESTIMATORS)[0] == "grpo" and "bare" not in bj.ESTIMATORS
 
 
 @pytest.mark.parametrize("name", sorted(bj.ESTIMATORS))
