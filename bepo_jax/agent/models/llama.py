@@ -1,0 +1,292 @@
+"""A Llama-family decoder in Flax NNX: the architecture of Llama 2/3, SmolLM, Qwen2/2.5 and kin.
+
+    h_0 = E[tokens];  a_l = h_l + W_o Attn(RoPE(W_q n), RoPE(W_k n), W_v n),  n = RMSNorm(h_l)
+    h_{l+1} = a_l + W_down( silu(W_gate m) * W_up m ),  m = RMSNorm(a_l);  logits = RMSNorm(h_L) W_head
+
+Grouped-query attention (``heads`` query heads share ``kv_heads`` key/value heads, query head
+h reading key/value head h // (heads / kv_heads), as transformers' ``repeat_kv``); RoPE in the
+rotate-half layout with the checkpoint's theta and scaling (``default``, ``linear``, or
+``llama3``'s frequency-dependent one); RMSNorm  x / sqrt(mean(x^2) + eps) * w  computed in
+float32; SwiGLU; tied (W_head = E^T) or untied output head; optional q/k/v biases (Qwen2).
+
+Positions are counted over the real tokens of each row (position = the number of real tokens
+before it), so a left-padded prompt gives the logits of the same prompt unpadded, as
+transformers does from an attention mask. The policy interface and the decode contract of
+``models.interface`` hold: ``model(tokens, mask)``, ``prefill`` / ``decode_step`` over a
+``LlamaCache`` (keys and values of every layer, the visible positions and each row's next
+position), and the scoring shortcut ``score``. Parameters carry partition annotations over the
+``"fsdp"`` and ``"model"`` mesh axes (attention heads and the MLP's hidden units on ``"model"``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Bool, Float, Int
+
+from ...credit._config import check_bool, check_choice, check_int, check_range
+
+ROPE_TYPES = ("default", "linear", "llama3")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+_NEG = -1e9  # additive bias of a masked key: finite, so a query with no visible key gets no NaN
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LlamaConfig:
+    """vocab, hidden (model width), layers, heads (query heads), kv_heads (key/value heads,
+    dividing heads), head_dim, intermediate (the SwiGLU hidden width); rope_theta; rope_type
+    ("default", "linear": positions / rope_factor, "llama3": rope_factor, rope_low_freq_factor,
+    rope_high_freq_factor, rope_original_context); rms_eps; tie_embeddings (the output head is
+    the embedding's transpose); attention_bias (q/k/v biases, Qwen2); context (the longest
+    sequence); dtype ("float32", the default, or "bfloat16": parameters and activations; the
+    logits and the norms are float32 either way)."""
+
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    rope_theta: float = 10000.0
+    rope_type: str = "default"
+    rope_factor: float = 1.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_context: int = 8192
+    rms_eps: float = 1e-5
+    tie_embeddings: bool = True
+    attention_bias: bool = False
+    context: int = 2048
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        n = "LlamaConfig"
+        for f in ("vocab", "hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate", "context",
+                  "rope_original_context"):
+            check_int(n, f, getattr(self, f), lo=1)
+        if self.heads % self.kv_heads:
+            raise ValueError(f"LlamaConfig.heads={self.heads} must be a multiple of kv_heads={self.kv_heads}.")
+        if self.head_dim % 2:
+            raise ValueError(f"LlamaConfig.head_dim={self.head_dim} must be even (RoPE rotates pairs).")
+        check_range(n, "rope_theta", self.rope_theta, lo=0.0, lo_open=True)
+        check_range(n, "rope_factor", self.rope_factor, lo=0.0, lo_open=True)
+        check_range(n, "rms_eps", self.rms_eps, lo=0.0, lo_open=True)
+        check_choice(n, "rope_type", self.rope_type, ROPE_TYPES)
+        check_choice(n, "dtype", self.dtype, DTYPES)
+        check_bool(n, "tie_embeddings", self.tie_embeddings)
+        check_bool(n, "attention_bias", self.attention_bias)
+        if self.rope_type == "llama3" and not self.rope_high_freq_factor > self.rope_low_freq_factor:
+            raise ValueError("LlamaConfig: llama3 RoPE scaling needs rope_high_freq_factor > rope_low_freq_factor.")
+
+    @property
+    def jnp_dtype(self):
+        return DTYPES[self.dtype]
+
+
+def rope_frequencies(cfg: LlamaConfig) -> Float[Array, "D/2"]:
+    """The inverse frequencies theta^(-2i/D), i < D/2, after the checkpoint's scaling:
+    ``linear`` divides them by the factor; ``llama3`` divides the low frequencies (wavelength
+    > original_context / low_freq_factor) by it, keeps the high ones (wavelength <
+    original_context / high_freq_factor) and interpolates smoothly between."""
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    if cfg.rope_type == "linear":
+        return inv / cfg.rope_factor
+    if cfg.rope_type == "llama3":
+        old = float(cfg.rope_original_context)
+        low_wave, high_wave = old / cfg.rope_low_freq_factor, old / cfg.rope_high_freq_factor
+        wave = 2 * math.pi / inv
+        scaled = jnp.where(wave > low_wave, inv / cfg.rope_factor, inv)
+        smooth = (old / wave - cfg.rope_low_freq_factor) / (cfg.rope_high_freq_factor - cfg.rope_low_freq_factor)
+        smoothed = (1 - smooth) * scaled / cfg.rope_factor + smooth * scaled
+        medium = (wave >= high_wave) & (wave <= low_wave)
+        return jnp.where(medium, smoothed, scaled)
+    return inv
+
+
+def apply_rope(x: Float[Array, "N L H D"], positions: Int[Array, "N L"], inv_freq: Float[Array, "D/2"]):
+    """Rotate-half RoPE: x cos(p f) + rotate_half(x) sin(p f), rotate_half(x) = (-x2, x1)."""
+    ang = positions.astype(jnp.float32)[..., None] * inv_freq  # [N, L, D/2]
+    cos = jnp.concatenate([jnp.cos(ang)] * 2, axis=-1)[:, :, None, :]
+    sin = jnp.concatenate([jnp.sin(ang)] * 2, axis=-1)[:, :, None, :]
+    xf = x.astype(jnp.float32)
+    x1, x2 = jnp.split(xf, 2, axis=-1)
+    return (xf * cos + jnp.concatenate([-x2, x1], axis=-1) * sin).astype(x.dtype)
+
+
+def gqa_attention(q: Float[Array, "N Q H D"], k: Float[Array, "N S KV D"], v: Float[Array, "N S KV D"],
+                  bias: Float[Array, "N S"], *, causal: bool, q_offset: int = 0) -> Float[Array, "N Q H D"]:
+    """softmax(q k^T / sqrt(D) + bias [+ causal mask]) v with query head h reading key/value
+    head h // G (G = H / KV), in float32; ``bias`` [N, S] is 0 at visible keys and -1e9 elsewhere.
+    ``q_offset`` (static): the queries are positions q_offset .. q_offset + Q - 1."""
+    N, Q, H, D = q.shape
+    KV = k.shape[2]
+    qg = q.reshape(N, Q, KV, H // KV, D).astype(jnp.float32)
+    s = jnp.einsum("nqkgd,nskd->nkgqs", qg, k.astype(jnp.float32)) / math.sqrt(D)
+    s = s + bias[:, None, None, None, :]
+    if causal:
+        S = k.shape[1]
+        visible = (q_offset + jnp.arange(Q))[:, None] >= jnp.arange(S)[None]
+        s = s + jnp.where(visible, 0.0, _NEG)
+    out = jnp.einsum("nkgqs,nskd->nqkgd", jax.nn.softmax(s, axis=-1), v.astype(jnp.float32))
+    return out.reshape(N, Q, H, D).astype(q.dtype)
+
+
+def _linear(din, dout, spec, cfg: LlamaConfig, rngs, bias: bool = False):
+    init = nnx.with_partitioning(nnx.initializers.normal(0.02), spec, eager_sharding=False)
+    binit = nnx.with_partitioning(nnx.initializers.zeros_init(), spec[1:], eager_sharding=False)
+    return nnx.Linear(din, dout, use_bias=bias, kernel_init=init, bias_init=binit, dtype=cfg.jnp_dtype,
+                      param_dtype=cfg.jnp_dtype, rngs=rngs)
+
+
+class RMSNorm(nnx.Module):
+    """x / sqrt(mean(x^2) + eps) * scale, in float32, returned in the input's dtype."""
+
+    def __init__(self, dim: int, eps: float, dtype):
+        self.scale = nnx.Param(jnp.ones((dim,), dtype))
+        self.eps = eps
+
+    def __call__(self, x):
+        xf = x.astype(jnp.float32)
+        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        return (self.scale[...].astype(jnp.float32) * y).astype(x.dtype)
+
+
+class LlamaBlock(nnx.Module):
+    def __init__(self, cfg: LlamaConfig, rngs: nnx.Rngs):
+        H, KV, D, W = cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.hidden
+        self.heads, self.kv_heads, self.head_dim = H, KV, D
+        self.attn_norm = RMSNorm(W, cfg.rms_eps, cfg.jnp_dtype)
+        self.q_proj = _linear(W, H * D, ("fsdp", "model"), cfg, rngs, cfg.attention_bias)
+        self.k_proj = _linear(W, KV * D, ("fsdp", "model"), cfg, rngs, cfg.attention_bias)
+        self.v_proj = _linear(W, KV * D, ("fsdp", "model"), cfg, rngs, cfg.attention_bias)
+        self.o_proj = _linear(H * D, W, ("model", "fsdp"), cfg, rngs)
+        self.mlp_norm = RMSNorm(W, cfg.rms_eps, cfg.jnp_dtype)
+        self.gate_proj = _linear(W, cfg.intermediate, ("fsdp", "model"), cfg, rngs)
+        self.up_proj = _linear(W, cfg.intermediate, ("fsdp", "model"), cfg, rngs)
+        self.down_proj = _linear(cfg.intermediate, W, ("model", "fsdp"), cfg, rngs)
+
+    def qkv(self, h, positions, inv_freq):
+        N, L, _ = h.shape
+        x = self.attn_norm(h)
+        q = self.q_proj(x).reshape(N, L, self.heads, self.head_dim)
+        k = self.k_proj(x).reshape(N, L, self.kv_heads, self.head_dim)
+        v = self.v_proj(x).reshape(N, L, self.kv_heads, self.head_dim)
+        return apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq), v
+
+    def out(self, h, att):
+        N, L = att.shape[:2]
+        h = h + self.o_proj(att.reshape(N, L, -1))
+        m = self.mlp_norm(h)
+        return h + self.down_proj(nnx.silu(self.gate_proj(m)) * self.up_proj(m))
+
+    def __call__(self, h, positions, bias, inv_freq, out_from: int = 0):
+        """The block over the whole sequence; returns its output from position ``out_from`` on
+        (static) and this layer's keys and values at every position."""
+        q, k, v = self.qkv(h, positions, inv_freq)
+        att = gqa_attention(q[:, out_from:], k, v, bias, causal=True, q_offset=out_from)
+        return self.out(h[:, out_from:], att), (k, v)
+
+    def step(self, h, slot, position, cache_k, cache_v, bias, inv_freq):
+        """One new token (h [N, 1, W]) at cache slot ``slot`` and RoPE position ``position`` [N]."""
+        q, k, v = self.qkv(h, position[:, None], inv_freq)
+        cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.astype(cache_k.dtype), slot, axis=1)
+        cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.astype(cache_v.dtype), slot, axis=1)
+        return self.out(h, gqa_attention(q, cache_k, cache_v, bias, causal=False)), cache_k, cache_v
+
+
+class LlamaCache(NamedTuple):
+    """Per-layer keys and values [N, S, kv_heads, head_dim], the visible slots (real tokens
+    written so far) [N, S] and each row's next RoPE position (its real tokens so far) [N]."""
+
+    k: tuple
+    v: tuple
+    valid: Bool[Array, "N S"]
+    position: Int[Array, "N"]
+
+
+def _bias(valid):
+    return jnp.where(valid, 0.0, _NEG).astype(jnp.float32)
+
+
+class LlamaLM(nnx.Module):
+    """``LlamaLM(cfg, rngs=nnx.Rngs(0))(tokens, mask) -> logits`` float32 [N, L, vocab]
+    (models.interface), with ``prefill`` / ``decode_step`` over a ``LlamaCache`` and ``score``.
+    Random parameters here; a checkpoint's come from ``models.load_pretrained``."""
+
+    def __init__(self, cfg: LlamaConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        emb = nnx.with_partitioning(nnx.initializers.normal(0.02), ("model", "fsdp"), eager_sharding=False)
+        self.embed = nnx.Embed(cfg.vocab, cfg.hidden, embedding_init=emb, dtype=cfg.jnp_dtype,
+                               param_dtype=cfg.jnp_dtype, rngs=rngs)
+        self.layers = nnx.List([LlamaBlock(cfg, rngs) for _ in range(cfg.layers)])
+        self.norm = RMSNorm(cfg.hidden, cfg.rms_eps, cfg.jnp_dtype)
+        self.lm_head = None if cfg.tie_embeddings else _linear(cfg.hidden, cfg.vocab, ("fsdp", "model"), cfg, rngs)
+
+    def _check(self, length: int) -> None:
+        if length > self.cfg.context:
+            raise ValueError(f"sequence length {length} exceeds the model's context of {self.cfg.context} tokens "
+                             "(LlamaConfig.context); shorten the prompt or the reply.")
+
+    def _head(self, h):
+        h = self.norm(h).astype(jnp.float32)
+        if self.lm_head is None:
+            return h @ self.embed.embedding[...].astype(jnp.float32).T
+        return self.lm_head(h.astype(self.cfg.jnp_dtype)).astype(jnp.float32)
+
+    def _forward(self, tokens, mask, start: int = 0):
+        N, L = tokens.shape
+        self._check(L)
+        mask = mask.astype(bool)
+        positions = jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+        inv_freq = rope_frequencies(self.cfg)
+        bias = _bias(mask)
+        h = self.embed(tokens)
+        kv = []
+        for i, blk in enumerate(self.layers):
+            h, layer_kv = blk(h, positions, bias, inv_freq, start if i == len(self.layers) - 1 else 0)
+            kv.append(layer_kv)
+        return self._head(h), kv, positions
+
+    def __call__(self, tokens: Int[Array, "N L"], mask: Bool[Array, "N L"]) -> Float[Array, "N L V"]:
+        return self._forward(tokens, mask)[0]
+
+    def score(self, tokens: Int[Array, "N L"], mask: Bool[Array, "N L"], start: int) -> Float[Array, "N L-start V"]:
+        """``self(tokens, mask)[:, start:]`` (``start`` static): the last layer's queries, MLP
+        and the output head only from ``start``."""
+        return self._forward(tokens, mask, start)[0]
+
+    def prefill(self, tokens: Int[Array, "N P"], mask: Bool[Array, "N P"], length: int
+                ) -> tuple[Float[Array, "N V"], LlamaCache]:
+        """Run the prompt once: the next token's logits [N, V] and a cache of ``length`` slots."""
+        N, P = tokens.shape
+        self._check(length)
+        logits, kv, _ = self._forward(tokens, mask)
+        pad = lambda x: jnp.pad(x, ((0, 0), (0, length - P), (0, 0), (0, 0)))
+        cache = LlamaCache(k=tuple(pad(k) for k, _ in kv), v=tuple(pad(v) for _, v in kv),
+                           valid=jnp.pad(mask.astype(bool), ((0, 0), (0, length - P))),
+                           position=jnp.sum(mask.astype(jnp.int32), axis=-1))
+        return logits[:, -1], cache
+
+    def decode_step(self, token: Int[Array, "N"], pos, valid: Bool[Array, "N"], cache: LlamaCache
+                    ) -> tuple[Float[Array, "N V"], LlamaCache]:
+        """Write ``token`` at slot ``pos`` (``valid`` marks the rows where it is a real token; a
+        row's RoPE position is its count of real tokens) and return the next token's logits."""
+        vis = jax.lax.dynamic_update_slice_in_dim(cache.valid, valid[:, None], pos, axis=1)
+        S = vis.shape[1]
+        bias = _bias(vis & (jnp.arange(S) <= pos)[None])
+        inv_freq = rope_frequencies(self.cfg)
+        h = self.embed(token[:, None])
+        ks, vs = [], []
+        for blk, ck, cv in zip(self.layers, cache.k, cache.v):
+            h, ck, cv = blk.step(h, pos, cache.position, ck, cv, bias, inv_freq)
+            ks.append(ck)
+            vs.append(cv)
+        new = LlamaCache(k=tuple(ks), v=tuple(vs), valid=vis, position=cache.position + valid.astype(jnp.int32))
+        return self._head(h)[:, 0], new

@@ -1,0 +1,345 @@
+"""Load a pretrained checkpoint as a policy: ``load_pretrained(path) -> Pretrained``.
+
+``path`` is a GGUF file (any quantisation type the ``gguf`` package dequantizes; the llama
+and qwen2 architectures) or a Hugging Face checkpoint directory (``config.json``, one
+``*.safetensors`` file or a sharded ``model.safetensors.index.json``, ``tokenizer.json``,
+``tokenizer_config.json``; the Llama, Mistral-style Llama, Qwen2 and SmolLM families). It
+returns the model (``LlamaLM``: ``model(tokens, mask) -> logits``, the decode contract, the
+scoring shortcut), its tokenizer, its chat template and its config.
+
+The parameters are placed as they are read: the module is built abstractly
+(``nnx.eval_shape``: no random initialisation), and each tensor is read (and dequantized)
+alone, transformed to the module's layout, cast to the model's dtype and put on its device
+(with ``mesh``, sharded by the module's partition annotations), so no second full float32
+copy is ever held and a checkpoint larger than one host's memory can go straight to a pod.
+
+Layout notes. Linear weights are stored [out, in] by both formats and [in, out] by Flax.
+llama.cpp's converter permutes the rows of the Q and K projections of llama-architecture GGUF
+files (from the Hugging Face rotate-half layout to an interleaved one); this loader undoes it,
+so the one RoPE (rotate-half) serves both formats. An unknown architecture, tensor, shape or
+quantisation type raises ``CheckpointError`` naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from .llama import LlamaConfig, LlamaLM
+from .tokenizer import ChatTemplate, PretrainedTokenizer
+
+ARCHITECTURES = ("llama", "qwen2")  # GGUF general.architecture; HF: LlamaForCausalLM, Qwen2ForCausalLM, ...
+HF_ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "llama"}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint this loader cannot read as it is: the message names the file, tensor or field."""
+
+
+@dataclasses.dataclass
+class Pretrained:
+    """A loaded checkpoint: ``model`` (``LlamaLM``), ``tokenizer`` (``PretrainedTokenizer``),
+    ``chat_template`` (``ChatTemplate``: ``chat_template(messages, add_generation_prompt=True) -> str``),
+    ``config`` (``LlamaConfig``) and ``source`` (the path it came from)."""
+
+    model: LlamaLM
+    tokenizer: PretrainedTokenizer
+    chat_template: ChatTemplate
+    config: LlamaConfig
+    source: str
+
+    def prompt_ids(self, messages, *, add_generation_prompt: bool = True) -> list[int]:
+        """The token ids of ``messages`` rendered by the chat template (what generation starts from)."""
+        return self.tokenizer.encode(self.chat_template(messages, add_generation_prompt=add_generation_prompt))
+
+
+# ------------------------------------------------------------------------------------------ layout
+
+
+def _unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's Q/K row permutation (interleaved pairs -> rotate-half halves), rows = heads x D."""
+    rows = w.shape[0]
+    d = rows // heads
+    return w.reshape(heads, d // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _targets(cfg: LlamaConfig, arch: str, gguf_names: bool) -> dict[str, tuple[tuple, Callable]]:
+    """Checkpoint tensor name -> (the module's parameter path, transform of the [out, in] array)."""
+    T = lambda w: w.T
+    same = lambda w: w
+    perm = arch == "llama" and gguf_names
+    q_fix = (lambda w: _unpermute(w, cfg.heads)) if perm else same
+    k_fix = (lambda w: _unpermute(w, cfg.kv_heads)) if perm else same
+    out = {}
+    if gguf_names:
+        out["token_embd.weight"] = (("embed", "embedding"), same)
+        out["output_norm.weight"] = (("norm", "scale"), same)
+        out["output.weight"] = (("lm_head", "kernel"), T)
+        for i in range(cfg.layers):
+            b = f"blk.{i}."
+            L = ("layers", i)
+            out.update({
+                b + "attn_norm.weight": (L + ("attn_norm", "scale"), same),
+                b + "ffn_norm.weight": (L + ("mlp_norm", "scale"), same),
+                b + "attn_q.weight": (L + ("q_proj", "kernel"), lambda w, f=q_fix: f(w).T),
+                b + "attn_k.weight": (L + ("k_proj", "kernel"), lambda w, f=k_fix: f(w).T),
+                b + "attn_v.weight": (L + ("v_proj", "kernel"), T),
+                b + "attn_q.bias": (L + ("q_proj", "bias"), q_fix),
+                b + "attn_k.bias": (L + ("k_proj", "bias"), k_fix),
+                b + "attn_v.bias": (L + ("v_proj", "bias"), same),
+                b + "attn_output.weight": (L + ("o_proj", "kernel"), T),
+                b + "ffn_gate.weight": (L + ("gate_proj", "kernel"), T),
+                b + "ffn_up.weight": (L + ("up_proj", "kernel"), T),
+                b + "ffn_down.weight": (L + ("down_proj", "kernel"), T),
+            })
+    else:
+        out["model.embed_tokens.weight"] = (("embed", "embedding"), same)
+        out["model.norm.weight"] = (("norm", "scale"), same)
+        out["lm_head.weight"] = (("lm_head", "kernel"), T)
+        for i in range(cfg.layers):
+            b = f"model.layers.{i}."
+            L = ("layers", i)
+            out.update({
+                b + "input_layernorm.weight": (L + ("attn_norm", "scale"), same),
+                b + "post_attention_layernorm.weight": (L + ("mlp_norm", "scale"), same),
+                **{b + f"self_attn.{p}.weight": (L + (p, "kernel"), T) for p in ("q_proj", "k_proj", "v_proj", "o_proj")},
+                **{b + f"self_attn.{p}.bias": (L + (p, "bias"), same) for p in ("q_proj", "k_proj", "v_proj")},
+                **{b + f"mlp.{p}.weight": (L + (p, "kernel"), T) for p in ("gate_proj", "up_proj", "down_proj")},
+            })
+    return out
+
+
+def _assemble(cfg: LlamaConfig, arch: str, tensors: Iterator[tuple[str, Callable[[], np.ndarray]]], *,
+              gguf_names: bool, mesh: Optional[jax.sharding.Mesh], where: str) -> LlamaLM:
+    """Fill an abstract ``LlamaLM(cfg)`` tensor by tensor (see the module docstring)."""
+    abstract = nnx.eval_shape(lambda: LlamaLM(cfg, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(abstract)
+    pure = nnx.to_pure_dict(state)
+    specs = nnx.to_pure_dict(nnx.get_partition_spec(state)) if mesh is not None else None
+    targets = _targets(cfg, arch, gguf_names)
+    tied_skip = {"output.weight", "lm_head.weight"} if cfg.tie_embeddings else set()
+    filled = set()
+    dtype = cfg.jnp_dtype
+
+    def node(tree, path):
+        for p in path:
+            tree = tree[p]
+        return tree
+
+    for name, read in tensors:
+        if name in tied_skip:
+            continue
+        if name.endswith("rotary_emb.inv_freq"):
+            continue  # some Hugging Face checkpoints store RoPE's frequencies: recomputed from the config
+        if name not in targets:
+            raise CheckpointError(f"{where}: tensor {name!r} has no place in a {arch} model of this config "
+                                  f"({cfg.layers} layers, attention_bias={cfg.attention_bias}); it is not a "
+                                  "checkpoint this loader reads.")
+        path, transform = targets[name]
+        parent, leaf = node(pure, path[:-1]), path[-1]
+        if leaf not in parent:
+            raise CheckpointError(f"{where}: tensor {name!r} has no parameter {'.'.join(map(str, path))} in this model.")
+        expected = tuple(parent[leaf].shape)
+        try:
+            arr = transform(np.asarray(read(), np.float32))
+        except CheckpointError:
+            raise
+        except Exception as e:  # an unsupported quantisation type, a cut file
+            raise CheckpointError(f"{where}: tensor {name!r} could not be read: {type(e).__name__}: {e}") from e
+        if tuple(arr.shape) != expected:
+            raise CheckpointError(f"{where}: tensor {name!r} has shape {tuple(arr.shape)} after conversion; the model "
+                                  f"expects {expected} for {'.'.join(map(str, path))}.")
+        value = jnp.asarray(arr, dtype)
+        if mesh is not None:
+            value = jax.device_put(value, jax.sharding.NamedSharding(mesh, node(specs, path)))
+        parent[leaf] = value
+        filled.add(path)
+        del arr
+    missing = [".".join(map(str, p)) for n, (p, _) in targets.items()
+               if p not in filled and n not in tied_skip and not (p[-1] == "bias" and not cfg.attention_bias)
+               and _exists(pure, p)]
+    if missing:
+        raise CheckpointError(f"{where}: the checkpoint lacks {len(missing)} parameter(s) of the model, e.g. "
+                              f"{', '.join(missing[:4])}.")
+    nnx.replace_by_pure_dict(state, pure)
+    return nnx.merge(graphdef, state)
+
+
+def _exists(tree, path) -> bool:
+    for p in path:
+        if not isinstance(tree, Mapping) or p not in tree:
+            return False
+        tree = tree[p]
+    return True
+
+
+# ------------------------------------------------------------------------------------------ GGUF
+
+
+def _gguf_fields(reader) -> dict[str, Any]:
+    out = {}
+    for key, field in reader.fields.items():
+        try:
+            out[key] = field.contents()
+        except Exception:  # noqa: BLE001  (a field type the package cannot decode: not one we read)
+            continue
+    return out
+
+
+def _gguf_config(meta: Mapping[str, Any], names: set[str], *, dtype: str, context: Optional[int], where: str):
+    arch = meta.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise CheckpointError(f"{where}: general.architecture={arch!r} is not supported; this loader reads "
+                              f"{', '.join(ARCHITECTURES)} (Llama, SmolLM, Qwen2 and kin).")
+    g = lambda k, d=None: meta.get(f"{arch}.{k}", d)
+    if "rope_freqs.weight" in names:
+        raise CheckpointError(f"{where}: tensor 'rope_freqs.weight' (llama.cpp's baked RoPE scaling) is not "
+                              "supported; load the Hugging Face directory, whose config.json names the scaling.")
+    scaling = g("rope.scaling.type", "none")
+    if scaling not in ("none", "linear"):
+        raise CheckpointError(f"{where}: {arch}.rope.scaling.type={scaling!r} is not supported (none, linear).")
+    heads = int(g("attention.head_count"))
+    hidden = int(g("embedding_length"))
+    try:
+        vocab = int(g("vocab_size", len(meta["tokenizer.ggml.tokens"])))
+        cfg = LlamaConfig(vocab=vocab, hidden=hidden, layers=int(g("block_count")), heads=heads,
+                          kv_heads=int(g("attention.head_count_kv", heads)),
+                          head_dim=int(g("attention.key_length", hidden // heads)),
+                          intermediate=int(g("feed_forward_length")), rope_theta=float(g("rope.freq_base", 10000.0)),
+                          rope_type="linear" if scaling == "linear" else "default",
+                          rope_factor=float(g("rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0,
+                          rms_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
+                          tie_embeddings="output.weight" not in names, attention_bias="blk.0.attn_q.bias" in names,
+                          context=int(context or g("context_length", 2048)), dtype=dtype)
+    except (KeyError, TypeError) as e:
+        raise CheckpointError(f"{where}: GGUF metadata lacks a field the {arch} config needs: {e}.") from e
+    return arch, cfg
+
+
+def _load_gguf(path: Path, *, dtype: str, mesh, context):
+    try:
+        import gguf
+    except ImportError as e:
+        raise ImportError("reading GGUF files needs the gguf package: pip install 'bepo-jax[llm]'.") from e
+    where = f"GGUF file {path}"
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as e:  # noqa: BLE001  (numpy/mmap errors of a cut or foreign file)
+        raise CheckpointError(f"{where} is truncated or not a GGUF file ({type(e).__name__}: {e}).") from e
+    meta = _gguf_fields(reader)
+    names = {t.name for t in reader.tensors}
+    arch, cfg = _gguf_config(meta, names, dtype=dtype, context=context, where=where)
+
+    def tensors():
+        for t in reader.tensors:
+            def read(t=t):
+                try:
+                    return gguf.quants.dequantize(t.data, t.tensor_type)
+                except NotImplementedError as e:
+                    raise CheckpointError(f"{where}: tensor {t.name!r} has quantisation type {t.tensor_type.name}, "
+                                          "which the gguf package cannot dequantize.") from e
+            yield t.name, read
+
+    model = _assemble(cfg, arch, tensors(), gguf_names=True, mesh=mesh, where=where)
+    tok = PretrainedTokenizer.from_gguf_metadata(meta)
+    chat = ChatTemplate(str(meta.get("tokenizer.chat_template", "")), bos_token=tok.bos_token, eos_token=tok.eos_token)
+    return model, tok, chat, cfg
+
+
+# ------------------------------------------------------------------------------------------ Hugging Face
+
+
+def _hf_config(c: Mapping[str, Any], *, dtype: str, context: Optional[int], where: str):
+    archs = c.get("architectures") or []
+    arch = next((HF_ARCHITECTURES[a] for a in archs if a in HF_ARCHITECTURES), None)
+    if arch is None:
+        raise CheckpointError(f"{where}: architectures={archs!r} is not supported; this loader reads "
+                              f"{', '.join(HF_ARCHITECTURES)}.")
+    rs = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    rope_type = rs.get("rope_type", rs.get("type", "default")) if rs else "default"
+    if rope_type not in ("default", "linear", "llama3"):
+        raise CheckpointError(f"{where}: rope_scaling type {rope_type!r} is not supported (default, linear, llama3).")
+    heads = int(c["num_attention_heads"])
+    theta = c.get("rope_theta", rs.get("rope_theta", 10000.0) if rs else 10000.0)
+    try:
+        cfg = LlamaConfig(vocab=int(c["vocab_size"]), hidden=int(c["hidden_size"]), layers=int(c["num_hidden_layers"]),
+                          heads=heads, kv_heads=int(c.get("num_key_value_heads") or heads),
+                          head_dim=int(c.get("head_dim") or c["hidden_size"] // heads),
+                          intermediate=int(c["intermediate_size"]), rope_theta=float(theta), rope_type=rope_type,
+                          rope_factor=float(rs.get("factor", 1.0)) if rs else 1.0,
+                          rope_low_freq_factor=float(rs.get("low_freq_factor", 1.0)) if rs else 1.0,
+                          rope_high_freq_factor=float(rs.get("high_freq_factor", 4.0)) if rs else 4.0,
+                          rope_original_context=int(rs.get("original_max_position_embeddings", 8192)) if rs else 8192,
+                          rms_eps=float(c.get("rms_norm_eps", 1e-6)), tie_embeddings=bool(c.get("tie_word_embeddings", False)),
+                          attention_bias=bool(c.get("attention_bias", arch == "qwen2")),
+                          context=int(context or c.get("max_position_embeddings", 2048)), dtype=dtype)
+    except KeyError as e:
+        raise CheckpointError(f"{where}: config.json lacks {e}, which the {arch} config needs.") from e
+    return arch, cfg
+
+
+def _load_hf(path: Path, *, dtype: str, mesh, context):
+    where = f"checkpoint directory {path}"
+    if not (path / "config.json").exists():
+        raise CheckpointError(f"{where} has no config.json: give a Hugging Face checkpoint directory or a GGUF file.")
+    arch, cfg = _hf_config(json.loads((path / "config.json").read_text()), dtype=dtype, context=context, where=where)
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = sorted(p.name for p in path.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{where} holds no *.safetensors weights (nor model.safetensors.index.json).")
+    try:
+        from safetensors import safe_open
+    except ImportError as e:
+        raise ImportError("reading safetensors needs the safetensors package: pip install 'bepo-jax[llm]'.") from e
+
+    def tensors():
+        for f in files:
+            if not (path / f).exists():
+                raise CheckpointError(f"{where}: the index names {f}, which is missing.")
+            with safe_open(str(path / f), framework="numpy") as st:
+                for name in st.keys():
+                    yield name, (lambda st=st, name=name: st.get_tensor(name))
+
+    model = _assemble(cfg, arch, tensors(), gguf_names=False, mesh=mesh, where=where)
+    tcfg = json.loads((path / "tokenizer_config.json").read_text()) if (path / "tokenizer_config.json").exists() else {}
+    if (path / "chat_template.jinja").exists():
+        tcfg["chat_template"] = (path / "chat_template.jinja").read_text()
+    if not (path / "tokenizer.json").exists():
+        raise CheckpointError(f"{where} has no tokenizer.json: copy the checkpoint's tokenizer files beside its weights.")
+    gen = json.loads((path / "generation_config.json").read_text()) if (path / "generation_config.json").exists() else {}
+    tok = PretrainedTokenizer.from_hf_files(path / "tokenizer.json", tcfg, gen)
+    chat = ChatTemplate(str(tcfg.get("chat_template") or ""), bos_token=tok.bos_token, eos_token=tok.eos_token)
+    return model, tok, chat, cfg
+
+
+# ------------------------------------------------------------------------------------------ entry
+
+
+def load_pretrained(path, *, dtype: str = "float32", mesh: Optional[jax.sharding.Mesh] = None,
+                    context: Optional[int] = None) -> Pretrained:
+    """Load a GGUF file or a Hugging Face checkpoint directory (module docstring).
+
+    ``dtype``: "float32" (the default on CPU) or "bfloat16"; ``mesh``: place the parameters sharded
+    over its ``"fsdp"`` / ``"model"`` axes as they load; ``context``: the longest sequence to allow
+    (default: the checkpoint's). A name of the model registry (``smollm2-135m``) resolves to its
+    fetched file (``bepo-jax models fetch``)."""
+    from .hub import resolve
+
+    p = resolve(str(path))
+    if not p.exists():
+        raise FileNotFoundError(f"no checkpoint at {p}: give a GGUF file or a Hugging Face directory.")
+    if p.is_dir():
+        model, tok, chat, cfg = _load_hf(p, dtype=dtype, mesh=mesh, context=context)
+    else:
+        model, tok, chat, cfg = _load_gguf(p, dtype=dtype, mesh=mesh, context=context)
+    return Pretrained(model, tok, chat, cfg, str(p))
