@@ -19,4 +19,12 @@ fi
 timeout ${T_ADV:-140} $PY -m experiments.bench_advantages $BK $A --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_advantages rc=$?"
 timeout ${T_TRAIN:-160} $PY -m experiments.bench_train_step $BK $S --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_train_step rc=$?"
 timeout ${T_ENV:-90} $PY -m experiments.bench_env_loop $BK $E --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_env_loop rc=$?"
+# The pretrained-model table (experiments/bench_llm.py) where the model file is on the machine: MODEL=path of
+# SmolLM2-135M-Instruct's GGUF file (bepo-jax models fetch smollm2-135m prints it; the device machine has no
+# network, so copy it there first).
+if [ -n "${MODEL:-}" ] && [ -f "$MODEL" ]; then
+  timeout ${T_LLM:-240} $PY -m experiments.bench_llm --model "$MODEL" --repeats 2 --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_llm rc=$?"
+else
+  echo "bench_llm skipped: set MODEL to the GGUF file of smollm2-135m"
+fi
 tail -n 40 "$OUT/run.log"

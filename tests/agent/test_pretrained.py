@@ -180,3 +180,26 @@ def test_a_named_model_that_is_not_fetched_names_the_command(monkeypatch, tmp_pa
         load_pretrained("smollm2-135m")
     with pytest.raises(ValueError, match="unknown model 'llama-70b'"):
         hub.path_of("llama-70b")
+
+
+def test_a_sharded_safetensors_index_loads_the_same_model(tiny_dir):
+    """The same weights split over two shards named by model.safetensors.index.json (as large checkpoints
+    come) load to the same logits; a shard the index names but the folder lacks is a named error."""
+    from safetensors.numpy import load_file, save_file
+
+    whole = load_file(str(tiny_dir / "model.safetensors"))
+    names = sorted(whole)
+    half = len(names) // 2
+    parts = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
+    plain = load_pretrained(tiny_dir)
+    (tiny_dir / "model.safetensors").unlink()
+    for fname, keys in parts.items():
+        save_file({k: whole[k] for k in keys}, str(tiny_dir / fname))
+    index = {"metadata": {}, "weight_map": {k: f for f, ks in parts.items() for k in ks}}
+    (tiny_dir / "model.safetensors.index.json").write_text(json.dumps(index))
+    sharded = load_pretrained(tiny_dir)
+    ids, mask = jnp.asarray([[1, 2, 3, 4, 5]]), jnp.ones((1, 5), bool)
+    np.testing.assert_array_equal(np.asarray(sharded.model(ids, mask)), np.asarray(plain.model(ids, mask)))
+    (tiny_dir / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="the index names model-00002-of-00002.safetensors, which is missing"):
+        load_pretrained(tiny_dir)
