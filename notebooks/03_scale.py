@@ -39,7 +39,8 @@ import jax
 import matplotlib.pyplot as plt
 import numpy as np
 import bepo_jax as bj
-from bepo_jax.credit import sharding, viz
+from bepo_jax import viz
+from bepo_jax.credit import sharding
 
 devices = jax.devices() if len(jax.devices()) >= 8 else jax.devices("cpu")
 print("JAX", jax.__version__, "devices:", len(devices), devices[0].platform)
