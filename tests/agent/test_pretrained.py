@@ -63,9 +63,10 @@ def _check_logits(got, ref):
 
 @needs_model
 def test_logits_at_every_position_equal_transformers(smol):
-    for ref in REF["logits"]:
+    for i, ref in enumerate(REF["logits"]):
         ids = ref["ids"]
-        assert smol.prompt_ids(next(c["messages"] for c in REF["chats"])) or True
+        chat = REF["chats"][2 * i]  # the conversation these ids came from, with the generation prompt
+        assert chat["add_generation_prompt"] and smol.prompt_ids(chat["messages"]) == ids
         logits = smol.model(jnp.asarray([ids]), jnp.ones((1, len(ids)), bool))[0]
         _check_logits(logits, ref)
 
