@@ -18,9 +18,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-_PROGRAMS: dict = {}
-
-
 @partial(jax.jit, static_argnames=("graphdef", "max_tokens", "greedy"))
 def _decode(graphdef, state, prompts, mask, stop, key, temperature, *, max_tokens: int, greedy: bool):
     model = nnx.merge(graphdef, state)

@@ -30,10 +30,10 @@ from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
 from ...credit._config import check_bool, check_choice, check_int, check_range
+from .transformer import _NEG, key_bias
 
 ROPE_TYPES = ("default", "linear", "llama3")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-_NEG = -1e9  # additive bias of a masked key: finite, so a query with no visible key gets no NaN
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -110,26 +110,32 @@ def rope_frequencies(cfg: LlamaConfig) -> Float[Array, "D/2"]:
     return inv
 
 
-def apply_rope(x: Float[Array, "N L H D"], positions: Int[Array, "N L"], inv_freq: Float[Array, "D/2"]):
-    """Rotate-half RoPE: x cos(p f) + rotate_half(x) sin(p f), rotate_half(x) = (-x2, x1)."""
+def rope_tables(positions: Int[Array, "N L"], inv_freq: Float[Array, "D/2"]
+                ) -> tuple[Float[Array, "N L 1 D"], Float[Array, "N L 1 D"]]:
+    """cos(p f) and sin(p f) at every position, each frequency twice (the rotate-half layout):
+    computed once per forward or decode step and shared by every layer's q and k."""
     ang = positions.astype(jnp.float32)[..., None] * inv_freq  # [N, L, D/2]
-    cos = jnp.concatenate([jnp.cos(ang)] * 2, axis=-1)[:, :, None, :]
-    sin = jnp.concatenate([jnp.sin(ang)] * 2, axis=-1)[:, :, None, :]
+    return (jnp.concatenate([jnp.cos(ang)] * 2, axis=-1)[:, :, None, :],
+            jnp.concatenate([jnp.sin(ang)] * 2, axis=-1)[:, :, None, :])
+
+
+def apply_rope(x: Float[Array, "N L H D"], cos: Float[Array, "N L 1 D"], sin: Float[Array, "N L 1 D"]):
+    """Rotate-half RoPE: x cos(p f) + rotate_half(x) sin(p f), rotate_half(x) = (-x2, x1)."""
     xf = x.astype(jnp.float32)
     x1, x2 = jnp.split(xf, 2, axis=-1)
     return (xf * cos + jnp.concatenate([-x2, x1], axis=-1) * sin).astype(x.dtype)
 
 
 def gqa_attention(q: Float[Array, "N Q H D"], k: Float[Array, "N S KV D"], v: Float[Array, "N S KV D"],
-                  bias: Float[Array, "N S"], *, causal: bool, q_offset: int = 0) -> Float[Array, "N Q H D"]:
+                  bias: Float[Array, "N 1 1 S"], *, causal: bool, q_offset: int = 0) -> Float[Array, "N Q H D"]:
     """softmax(q k^T / sqrt(D) + bias [+ causal mask]) v with query head h reading key/value
-    head h // G (G = H / KV), in float32; ``bias`` [N, S] is 0 at visible keys and -1e9 elsewhere.
+    head h // G (G = H / KV), in float32; ``bias`` is ``transformer.key_bias`` of the visible keys.
     ``q_offset`` (static): the queries are positions q_offset .. q_offset + Q - 1."""
     N, Q, H, D = q.shape
     KV = k.shape[2]
     qg = q.reshape(N, Q, KV, H // KV, D).astype(jnp.float32)
     s = jnp.einsum("nqkgd,nskd->nkgqs", qg, k.astype(jnp.float32)) / math.sqrt(D)
-    s = s + bias[:, None, None, None, :]
+    s = s + bias[:, :, None]  # [N, 1, 1, 1, S] over (kv head, group, query)
     if causal:
         S = k.shape[1]
         visible = (q_offset + jnp.arange(Q))[:, None] >= jnp.arange(S)[None]
@@ -172,13 +178,13 @@ class LlamaBlock(nnx.Module):
         self.up_proj = _linear(W, cfg.intermediate, ("fsdp", "model"), cfg, rngs)
         self.down_proj = _linear(cfg.intermediate, W, ("model", "fsdp"), cfg, rngs)
 
-    def qkv(self, h, positions, inv_freq):
+    def qkv(self, h, rope):
         N, L, _ = h.shape
         x = self.attn_norm(h)
         q = self.q_proj(x).reshape(N, L, self.heads, self.head_dim)
         k = self.k_proj(x).reshape(N, L, self.kv_heads, self.head_dim)
         v = self.v_proj(x).reshape(N, L, self.kv_heads, self.head_dim)
-        return apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq), v
+        return apply_rope(q, *rope), apply_rope(k, *rope), v
 
     def out(self, h, att):
         N, L = att.shape[:2]
@@ -186,16 +192,16 @@ class LlamaBlock(nnx.Module):
         m = self.mlp_norm(h)
         return h + self.down_proj(nnx.silu(self.gate_proj(m)) * self.up_proj(m))
 
-    def __call__(self, h, positions, bias, inv_freq, out_from: int = 0):
-        """The block over the whole sequence; returns its output from position ``out_from`` on
-        (static) and this layer's keys and values at every position."""
-        q, k, v = self.qkv(h, positions, inv_freq)
+    def __call__(self, h, rope, bias, out_from: int = 0):
+        """The block over the whole sequence (``rope``: ``rope_tables`` of its positions); returns its
+        output from position ``out_from`` on (static) and this layer's keys and values at every position."""
+        q, k, v = self.qkv(h, rope)
         att = gqa_attention(q[:, out_from:], k, v, bias, causal=True, q_offset=out_from)
         return self.out(h[:, out_from:], att), (k, v)
 
-    def step(self, h, slot, position, cache_k, cache_v, bias, inv_freq):
-        """One new token (h [N, 1, W]) at cache slot ``slot`` and RoPE position ``position`` [N]."""
-        q, k, v = self.qkv(h, position[:, None], inv_freq)
+    def step(self, h, slot, rope, cache_k, cache_v, bias):
+        """One new token (h [N, 1, W]) at cache slot ``slot``; ``rope``: ``rope_tables`` of its position."""
+        q, k, v = self.qkv(h, rope)
         cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.astype(cache_k.dtype), slot, axis=1)
         cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.astype(cache_v.dtype), slot, axis=1)
         return self.out(h, gqa_attention(q, cache_k, cache_v, bias, causal=False)), cache_k, cache_v
@@ -209,10 +215,6 @@ class LlamaCache(NamedTuple):
     v: tuple
     valid: Bool[Array, "N S"]
     position: Int[Array, "N"]
-
-
-def _bias(valid):
-    return jnp.where(valid, 0.0, _NEG).astype(jnp.float32)
 
 
 class LlamaLM(nnx.Module):
@@ -245,14 +247,14 @@ class LlamaLM(nnx.Module):
         self._check(L)
         mask = mask.astype(bool)
         positions = jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
-        inv_freq = rope_frequencies(self.cfg)
-        bias = _bias(mask)
+        rope = rope_tables(positions, rope_frequencies(self.cfg))
+        bias = key_bias(mask)
         h = self.embed(tokens)
         kv = []
         for i, blk in enumerate(self.layers):
-            h, layer_kv = blk(h, positions, bias, inv_freq, start if i == len(self.layers) - 1 else 0)
+            h, layer_kv = blk(h, rope, bias, start if i == len(self.layers) - 1 else 0)
             kv.append(layer_kv)
-        return self._head(h), kv, positions
+        return self._head(h), kv
 
     def __call__(self, tokens: Int[Array, "N L"], mask: Bool[Array, "N L"]) -> Float[Array, "N L V"]:
         return self._forward(tokens, mask)[0]
@@ -267,7 +269,7 @@ class LlamaLM(nnx.Module):
         """Run the prompt once: the next token's logits [N, V] and a cache of ``length`` slots."""
         N, P = tokens.shape
         self._check(length)
-        logits, kv, _ = self._forward(tokens, mask)
+        logits, kv = self._forward(tokens, mask)
         pad = lambda x: jnp.pad(x, ((0, 0), (0, length - P), (0, 0), (0, 0)))
         cache = LlamaCache(k=tuple(pad(k) for k, _ in kv), v=tuple(pad(v) for _, v in kv),
                            valid=jnp.pad(mask.astype(bool), ((0, 0), (0, length - P))),
@@ -280,12 +282,12 @@ class LlamaLM(nnx.Module):
         row's RoPE position is its count of real tokens) and return the next token's logits."""
         vis = jax.lax.dynamic_update_slice_in_dim(cache.valid, valid[:, None], pos, axis=1)
         S = vis.shape[1]
-        bias = _bias(vis & (jnp.arange(S) <= pos)[None])
-        inv_freq = rope_frequencies(self.cfg)
+        bias = key_bias(vis & (jnp.arange(S) <= pos)[None])
+        rope = rope_tables(cache.position[:, None], rope_frequencies(self.cfg))
         h = self.embed(token[:, None])
         ks, vs = [], []
         for blk, ck, cv in zip(self.layers, cache.k, cache.v):
-            h, ck, cv = blk.step(h, pos, cache.position, ck, cv, bias, inv_freq)
+            h, ck, cv = blk.step(h, pos, rope, ck, cv, bias)
             ks.append(ck)
             vs.append(cv)
         new = LlamaCache(k=tuple(ks), v=tuple(vs), valid=vis, position=cache.position + valid.astype(jnp.int32))

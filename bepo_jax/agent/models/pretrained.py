@@ -128,11 +128,6 @@ def _assemble(cfg: LlamaConfig, arch: str, tensors: Iterator[tuple[str, Callable
     filled = set()
     dtype = cfg.jnp_dtype
 
-    def node(tree, path):
-        for p in path:
-            tree = tree[p]
-        return tree
-
     for name, read in tensors:
         if name in tied_skip:
             continue
@@ -143,8 +138,8 @@ def _assemble(cfg: LlamaConfig, arch: str, tensors: Iterator[tuple[str, Callable
                                   f"({cfg.layers} layers, attention_bias={cfg.attention_bias}); it is not a "
                                   "checkpoint this loader reads.")
         path, transform = targets[name]
-        parent, leaf = node(pure, path[:-1]), path[-1]
-        if leaf not in parent:
+        parent, leaf = _node(pure, path[:-1]), path[-1]
+        if parent is None or leaf not in parent:
             raise CheckpointError(f"{where}: tensor {name!r} has no parameter {'.'.join(map(str, path))} in this model.")
         expected = tuple(parent[leaf].shape)
         try:
@@ -158,13 +153,12 @@ def _assemble(cfg: LlamaConfig, arch: str, tensors: Iterator[tuple[str, Callable
                                   f"expects {expected} for {'.'.join(map(str, path))}.")
         value = jnp.asarray(arr, dtype)
         if mesh is not None:
-            value = jax.device_put(value, jax.sharding.NamedSharding(mesh, node(specs, path)))
+            value = jax.device_put(value, jax.sharding.NamedSharding(mesh, _node(specs, path)))
         parent[leaf] = value
         filled.add(path)
         del arr
-    missing = [".".join(map(str, p)) for n, (p, _) in targets.items()
-               if p not in filled and n not in tied_skip and not (p[-1] == "bias" and not cfg.attention_bias)
-               and _exists(pure, p)]
+    # every target the model has (no biases without attention_bias, no lm_head when tied) must be filled
+    missing = [".".join(map(str, p)) for p, _ in targets.values() if p not in filled and _node(pure, p) is not None]
     if missing:
         raise CheckpointError(f"{where}: the checkpoint lacks {len(missing)} parameter(s) of the model, e.g. "
                               f"{', '.join(missing[:4])}.")
@@ -172,12 +166,13 @@ def _assemble(cfg: LlamaConfig, arch: str, tensors: Iterator[tuple[str, Callable
     return nnx.merge(graphdef, state)
 
 
-def _exists(tree, path) -> bool:
+def _node(tree, path):
+    """The subtree of a pure parameter dict at ``path``, or None where the model has no such entry."""
     for p in path:
         if not isinstance(tree, Mapping) or p not in tree:
-            return False
+            return None
         tree = tree[p]
-    return True
+    return tree
 
 
 # ------------------------------------------------------------------------------------------ GGUF

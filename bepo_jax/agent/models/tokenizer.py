@@ -33,6 +33,16 @@ _QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 PRE_TOKENIZERS = ("default", "gpt2", "smollm", "starcoder", "llama-bpe", "llama3", "qwen2")
 _CONTROL, _USER_DEFINED = 3, 4  # GGUF token types
+# chat templates' end-of-turn tokens: one ends a reply where the checkpoint's template writes it
+_END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>")
+
+
+def _template_end_ids(template: str, token_id) -> set[int]:
+    """The ids of the end-of-turn tokens (``_END_OF_TURN``) that ``template`` writes and the vocabulary
+    has (``token_id(token)``: its id or None)."""
+    ids = {token_id(t) for t in _END_OF_TURN if t in template}
+    ids.discard(None)
+    return ids
 
 
 def _pre_tokenizer(pre: str):
@@ -110,7 +120,7 @@ class PretrainedTokenizer:
         eos_id = meta.get("tokenizer.ggml.eos_token_id")
         eot = {int(i) for i in (eos_id, meta.get("tokenizer.ggml.eot_token_id")) if i is not None}
         template = str(meta.get("tokenizer.chat_template", ""))
-        eot |= {vocab[t] for t in ("<|im_end|>", "<|eot_id|>", "<|end|>") if t in vocab and t in template}
+        eot |= _template_end_ids(template, vocab.get)
         pad = meta.get("tokenizer.ggml.padding_token_id", eos_id)
         return cls(tok, tuple(sorted(eot)), int(pad if pad is not None else 0), name("tokenizer.ggml.bos_token_id"),
                    name("tokenizer.ggml.eos_token_id"), bool(meta.get("tokenizer.ggml.add_bos_token", False)))
@@ -132,8 +142,7 @@ class PretrainedTokenizer:
         gen = (generation_config or {}).get("eos_token_id")
         eot |= set(gen if isinstance(gen, list) else [gen] if gen is not None else [])
         template = str(config.get("chat_template") or "")
-        eot |= {tok.token_to_id(t) for t in ("<|im_end|>", "<|eot_id|>", "<|end|>")
-                if tok.token_to_id(t) is not None and t in template}
+        eot |= _template_end_ids(template, tok.token_to_id)
         eot.discard(None)
         if not eot:
             raise TokenizerError("tokenizer_config.json names no eos_token (and generation_config.json no "
