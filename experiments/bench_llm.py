@@ -32,7 +32,7 @@ from bepo_jax.agent.models import hub
 from bepo_jax.agent.models.generate import generate
 from bepo_jax.agent.models.interface import token_logprobs
 from bepo_jax.agent.models.pretrained import load_pretrained
-from experiments.common import ROOT, command, machine, parser, write_json, write_lines
+from experiments.common import ROOT, command, machine, median_seconds, parser, write_json, write_lines
 
 PREFILL = ((1, 256), (8, 256), (1, 512), (8, 512))
 DECODE = (1, 8, 32)
@@ -91,15 +91,7 @@ def peak_rss_gib() -> float:
 
 def _timed(fn, repeats: int) -> tuple[float, float]:
     """(first call's seconds: compile + run, median of ``repeats`` later calls)."""
-    t = time.perf_counter()
-    jax.block_until_ready(fn())
-    first = time.perf_counter() - t
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t)
-    return first, statistics.median(times)
+    return median_seconds(fn, 1), median_seconds(fn, repeats)
 
 
 def jax_rows(gguf: Path, repeats: int, quick: bool) -> list[dict]:

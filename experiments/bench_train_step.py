@@ -40,7 +40,7 @@ from bepo_jax.agent.models import DecoderLM, TransformerConfig
 from bepo_jax.agent.rl.train_step import TrainConfig, Trainer, UpdateBatch
 from bepo_jax.agent.rollout import prompt_length
 from bepo_jax.agent.train import RunConfig, Setup
-from experiments.common import ROOT, command, machine, parser, write_json
+from experiments.common import ROOT, command, machine, median_seconds, parser, write_json
 
 MODELS = {  # label -> (layers, width, heads, largest micro-batch: grad_accum splits bigger batches)
     "1 layer, width 64 (main job)": (1, 64, 4, 4096),
@@ -68,15 +68,6 @@ def batch_shapes() -> dict[str, tuple[int, int]]:
     length = setup.model.cfg.context
     tw_prompt = prompt_length(160, 2, 24, 96)
     return {"sokoban": (length, length - setup.rollout_cfg.max_response), "textworld": (tw_prompt + 25, tw_prompt)}
-
-
-def _median_time(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _random_batch(n, length, prompt, rng):
@@ -129,7 +120,7 @@ def bench_updates(scale: dict, on_row) -> list[dict]:
                 grad = jax.jit(jax.grad(lambda p, b: trainer._loss(p, b)[0]))(state.params, mb)
                 grads[scoring] = [np.asarray(x) for x in jax.tree_util.tree_leaves(grad)]
                 jax.block_until_ready(one())
-                dt = _median_time(one, scale["repeats"])
+                dt = median_seconds(one, scale["repeats"])
                 row = dict(table="update", shape=shape, model=label, params=params, sequences=n, grad_accum=accum,
                            length=length, prompt=prompt, scoring=scoring, update_s=dt, updates_per_s=1.0 / dt,
                            sequences_per_s=n / dt, tokens_per_s=n * length / dt,

@@ -12,9 +12,11 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
+import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -51,14 +53,27 @@ def machine() -> dict:
 
 
 def write_text(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` whole or not at all (a temporary file renamed over it), creating
-    the folder: a crash mid-write never leaves a cut results file."""
+    """Write ``text`` to ``path`` whole or not at all (the package's ``atomic_write``: a temporary file
+    renamed over it), creating the folder: a crash mid-write never leaves a cut results file."""
+    from bepo_jax.agent.train.rundir import atomic_write
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write(path, text)
     return path
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
+    """The median wall time of ``repeats`` calls of ``fn`` (each waited for with
+    ``jax.block_until_ready``)."""
+    import jax
+
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def write_json(path: Path, data: Any, *, indent: int = 2) -> Path:

@@ -29,7 +29,7 @@ import numpy as np
 
 from bepo_jax.lab.quality import DEFAULT_SUITE, paired_difference
 from bepo_jax.lab.report import LAB_ENVS, SweepConfig, run_sweep, write_outputs
-from experiments.common import ROOT, command, parser, write_json
+from experiments.common import ROOT, command, parser, write_json, write_text
 
 KNOBS = {
     "lam": [0.0, 0.25, 0.5, 0.75, 0.95, 1.0],
@@ -218,7 +218,7 @@ def main(argv=None) -> int:
             results[env][name] = res
     summary = summarize(results)
     write_json(out / "summary.json", {"command": cmd, "envs": envs, **summary}, indent=1)
-    (out / "summary.md").write_text(summary_markdown(summary, envs, cmd))
+    write_text(out / "summary.md", summary_markdown(summary, envs, cmd))
     print(f"wrote {out / 'summary.md'}")
     return 0
 

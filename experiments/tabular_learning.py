@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bepo_jax.lab.learning import LearningConfig
 from bepo_jax.lab.learning_report import compact, markdown, plot, run, summarize
-from experiments.common import ROOT, command, parser, write_json
+from experiments.common import ROOT, command, parser, write_json, write_text
 
 WORLDS = ("key_door", "bump", "aliased", "loop", "slippery", "sokoban")
 ESTIMATORS = ("grpo", "gigpo", "hgpo", "graphgpo", "gagpo", "g2po", "ladder_fp_added=bepo_nogate:eta_gated=1",
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     name = "tabular_learning_quick" if args.quick else "tabular_learning"
     write_json(out / f"{name}.json", {"command": cmd, **compact(res), "summary": summary}, indent=None)
-    (out / f"{name}.md").write_text(markdown(res, summary, cmd, time.perf_counter() - t0))
+    write_text(out / f"{name}.md", markdown(res, summary, cmd, time.perf_counter() - t0))
     plot(res, out / f"{name}.png")
     return 0
 
