@@ -132,7 +132,8 @@ def _allowed_logits(logits, cand, word_alive):
 def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool[Array, "N P"], key, *,
                      max_response: int, temperature: float, table: Optional[Int[Array, "N A W1"]] = None,
                      table_valid: Optional[Bool[Array, "N A"]] = None, forced: Optional[list[bool]] = None,
-                     decode: str = "auto"):
+                     decode: str = "auto", stop_ids: tuple[int, ...] = (EOS,), pad_id: int = PAD,
+                     logp_temperature: float = 1.0):
     """Autoregressive sampling of ``max_response`` tokens for N prompts. With ``table``
     (each row's words + EOS) only those words can be sampled (constrained decoding);
     ``forced[r]`` (from ``forced_positions`` of a fixed table) marks positions whose token
@@ -145,7 +146,13 @@ def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool
     sampled position (skipping determined ones) and one more at the end for the log-probs
     (the reference path, for models without the decode contract); "auto" — cached when
     the model provides it. Both draw the same keys: same tokens, log-probs equal to
-    float32 tolerance."""
+    float32 tolerance.
+
+    ``stop_ids``: the tokens that end a response (the character tokenizer's EOS; a pretrained
+    model's end-of-turn ids; a word table ends its words with the first); ``pad_id`` fills the
+    positions after it. ``logp_temperature``: the log-probs are recorded from softmax(logits /
+    logp_temperature) (1: the policy itself; the sampling temperature when the update scores at it,
+    ``TrainConfig.temperature``)."""
     if decode not in DECODES:
         raise ValueError(f"sample_responses: decode={decode!r}; use one of {DECODES}.")
     cached = supports_decode(model) if decode == "auto" else decode == "cached"
@@ -154,10 +161,12 @@ def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool
                          f"{type(model).__name__} has none: use decode='full' or 'auto'.")
     fn = _sample_cached if cached else _sample_full
     return fn(model, prompts, pmasks, key, max_response=max_response, temperature=temperature, table=table,
-              table_valid=table_valid, forced=forced)
+              table_valid=table_valid, forced=forced, stop=jnp.asarray(stop_ids, jnp.int32), pad=pad_id,
+              logp_temperature=logp_temperature)
 
 
-def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, table, table_valid, forced):
+def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, table, table_valid, forced, stop, pad,
+                   logp_temperature):
     N, P = prompts.shape
     R = max_response
     logits, cache = model.prefill(prompts, pmasks, P + R)
@@ -168,7 +177,7 @@ def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, ta
 
     def pick(logits, r, alive, word_alive, key):
         key, sub = jax.random.split(key)
-        logp_all = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+        logp_all = jax.nn.log_softmax(logits.astype(jnp.float32) / logp_temperature, axis=-1)
         if table is not None:
             cand, only = _next_tokens(r, table, word_alive)
             tok = jax.random.categorical(sub, _allowed_logits(logits, cand, word_alive) / temperature,
@@ -177,7 +186,7 @@ def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, ta
                 tok = jnp.where(forced_r[r], only, tok)
         else:
             tok = jax.random.categorical(sub, logits / temperature, axis=-1).astype(jnp.int32)
-        tok = jnp.where(alive, tok, PAD)
+        tok = jnp.where(alive, tok, pad)
         if table is not None:
             word_alive = word_alive & (cand == tok[:, None])
         logp = jnp.where(alive, jnp.take_along_axis(logp_all, tok[:, None], axis=-1)[:, 0], 0.0)
@@ -187,7 +196,7 @@ def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, ta
         logits, cache, alive, word_alive, key = carry
         tok, logp, word_alive, key = pick(logits, r, alive, word_alive, key)
         logits, cache = model.decode_step(tok, P + r, alive, cache)
-        return (logits, cache, alive & (tok != EOS), word_alive, key), (tok, alive, logp)
+        return (logits, cache, alive & ~jnp.isin(tok, stop), word_alive, key), (tok, alive, logp)
 
     alive = jnp.ones((N,), bool)
     (logits, _, alive_last, word_alive, key), (toks, alives, logps) = jax.lax.scan(
@@ -203,11 +212,12 @@ def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, ta
     return seq, msk, resp, jnp.where(resp, logp, 0.0)
 
 
-def _sample_full(model, prompts, pmasks, key, *, max_response, temperature, table, table_valid, forced):
+def _sample_full(model, prompts, pmasks, key, *, max_response, temperature, table, table_valid, forced, stop, pad,
+                 logp_temperature):
     N, P = prompts.shape
     R = max_response
     L = P + R
-    seq = jnp.concatenate([prompts, jnp.full((N, R), PAD, jnp.int32)], axis=1)
+    seq = jnp.concatenate([prompts, jnp.full((N, R), pad, jnp.int32)], axis=1)
     msk = jnp.concatenate([pmasks, jnp.zeros((N, R), bool)], axis=1)
     alive = jnp.ones((N,), bool)
     word_alive = table_valid
@@ -232,13 +242,13 @@ def _sample_full(model, prompts, pmasks, key, *, max_response, temperature, tabl
             else:  # per-row tables (host loop): skip the forward when every alive row is determined
                 determined = jnp.all(jnp.where(word_alive, cand == only[:, None], True), axis=1) | ~alive
                 tok = jax.lax.cond(jnp.all(determined), lambda *a: only, sampled, seq, msk, sub, cand, word_alive)
-        tok = jnp.where(alive, tok, PAD)
+        tok = jnp.where(alive, tok, pad)
         if table is not None:
             word_alive = word_alive & (cand == tok[:, None])
         seq = seq.at[:, P + r].set(tok)
         msk = msk.at[:, P + r].set(alive)
-        alive = alive & (tok != EOS)
-    logp, _ = token_logprobs(model(seq, msk), seq)
+        alive = alive & ~jnp.isin(tok, stop)
+    logp, _ = token_logprobs(model(seq, msk) / logp_temperature, seq)
     resp = msk & (jnp.arange(L) >= P)[None]
     return seq, msk, resp, jnp.where(resp, logp, 0.0)
 

@@ -22,6 +22,8 @@ from .text import normalize
 # The shapes a run gives TextWorld: observation and objective characters, admissible commands
 # kept and their characters, the episode's step limit (``RunConfig.max_steps`` = 0), the pool.
 OBS_CHARS, OBJECTIVE_CHARS, MAX_COMMANDS, COMMAND_CHARS, MAX_STEPS, POOL = 160, 96, 12, 24, 8, 8
+# A pretrained model reads the whole text: the limits of ``TextWorldRun.chat_env``.
+CHAT_OBS_CHARS, CHAT_OBJECTIVE_CHARS, CHAT_MAX_COMMANDS, CHAT_COMMAND_CHARS = 2000, 1000, 64, 120
 SEED_STRIDE = 7919  # a run's games are generated from seed * SEED_STRIDE (held-out: + the eval offset)
 
 
@@ -136,3 +138,9 @@ class TextWorldRun:
                                     max_commands=self.max_commands, command_chars=self.word_width)
         return dict(make_env=make, max_steps=self.max_steps, obs_len=self.obs_len, word_width=self.word_width,
                     max_commands=self.max_commands, task_len=self.task_len)
+
+    def chat_env(self) -> "TextWorldEnv":
+        """One environment for a pretrained model's chat rollouts (``chat_rollout``): the
+        observation, objective and commands as the game gives them (up to generous limits)."""
+        return TextWorldEnv(obs_chars=CHAT_OBS_CHARS, objective_chars=CHAT_OBJECTIVE_CHARS,
+                            max_commands=CHAT_MAX_COMMANDS, command_chars=CHAT_COMMAND_CHARS)

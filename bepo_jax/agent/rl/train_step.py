@@ -46,7 +46,10 @@ class TrainConfig:
     lies after it (the prompt fills positions 0 .. score_from); a model with the scoring
     shortcut (``models.interface``) then skips the work only earlier positions need.
     ``Trainer.step`` refuses a batch with a response token at or before it; inside a
-    larger jitted program the metric ``unscored_response_tokens`` counts them (0)."""
+    larger jitted program the metric ``unscored_response_tokens`` counts them (0).
+    temperature (1.0): the loss scores tokens under softmax(logits / temperature) -- the
+    distribution the rollout sampled from when its log-probs were recorded at that temperature
+    (the chat rollouts; verl's convention), so the first minibatch's ratio is 1."""
 
     learning_rate: float = 3e-4
     weight_decay: float = 0.0
@@ -60,9 +63,11 @@ class TrainConfig:
     loss: PPOLossConfig = PPOLossConfig()
     seed: int = 0
     score_from: int = 0
+    temperature: float = 1.0
 
     def __post_init__(self):
         n = "TrainConfig"
+        check_range(n, "temperature", self.temperature, lo=0.0, lo_open=True)
         check_int(n, "score_from", self.score_from, lo=0)
         check_range(n, "learning_rate", self.learning_rate, lo=0.0, lo_open=True)
         check_range(n, "weight_decay", self.weight_decay, lo=0.0)
@@ -127,11 +132,14 @@ class Trainer:
     """
 
     def __init__(self, model: nnx.Module, config: TrainConfig = TrainConfig(), *, mesh: Optional[Mesh] = None,
-                 data_axis: str = "data"):
+                 data_axis: str = "data", trainable=nnx.Param):
+        """``trainable``: an NNX filter of the parameters to train (default every ``nnx.Param``;
+        ``models.lora.trainable`` gives adapters only or the top N layers); the others stay
+        as they are, outside the optimizer and the state."""
         self.config = config
         self.mesh = mesh
         self.data_axis = data_axis
-        self.graphdef, params, self.rest = nnx.split(model, nnx.Param, ...)
+        self.graphdef, params, self.rest = nnx.split(model, trainable, ...)
         self._template = params
         self.tx = make_optimizer(config)
         self._params_spec = jax.tree_util.tree_map(lambda s: _replace_axes(s, mesh), nnx.get_partition_spec(params),
@@ -196,7 +204,10 @@ class Trainer:
     def _loss(self, params, mb: UpdateBatch):
         model = nnx.merge(self.graphdef, params, self.rest)
         start = self.config.score_from
-        logp, ent = token_logprobs(score_logits(model, mb.tokens, mb.mask, start), mb.tokens, start)
+        logits = score_logits(model, mb.tokens, mb.mask, start)
+        if self.config.temperature != 1.0:
+            logits = logits / self.config.temperature
+        logp, ent = token_logprobs(logits, mb.tokens, start)
         return ppo_loss(logp, mb.old_logp, mb.advantage, mb.response_mask, self.config.loss, entropy=ent,
                         ref_logp=mb.ref_logp)
 

@@ -31,7 +31,17 @@ class RunConfig:
     keep_checkpoints; seed. Environment knobs: boxes (Sokoban max boxes),
     rooms/objects/quest_length (TextWorld). init_from: a run directory (``bepo-jax sft``'s warm
     start, or any run of the same policy and environment) whose newest parameters start this run
-    ("" = fresh parameters from the seed); the optimizer starts fresh."""
+    ("" = fresh parameters from the seed); the optimizer starts fresh.
+
+    A pretrained policy (``model``: a name of ``bepo-jax models list`` or a GGUF file / Hugging
+    Face directory; "" = the small character policy above): it plays a host text environment
+    (``textworld``) through its chat template (``chat_rollout``); max_reply tokens per turn,
+    max_prompt (longer chats drop their oldest turns), action_format ("bare" | "tag"),
+    state_with_commands (states hash the admissible commands too); it trains LoRA adapters
+    (lora_rank > 0, lora_alpha, lora_targets: comma-separated projections) or the top
+    train_layers blocks (0 = all) or everything, with kl_coef (k3 KL to the initial policy),
+    grad_accum micro-batches per minibatch, in dtype ("float32" | "bfloat16"). layers, width,
+    heads, head_init_scale and constrained's default do not apply to it."""
 
     env: str = "sokoban"
     estimator: str = "gated_bepo"
@@ -63,6 +73,23 @@ class RunConfig:
     objects: int = 3
     quest_length: int = 1
     init_from: str = ""
+    model: str = ""
+    max_reply: int = 24
+    max_prompt: int = 512
+    action_format: str = "bare"
+    state_with_commands: bool = False
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: str = "q_proj,v_proj"
+    train_layers: int = 0
+    kl_coef: float = 0.0
+    grad_accum: int = 1
+    dtype: str = "float32"
+
+    @property
+    def pretrained(self) -> bool:
+        """Whether the policy is a pretrained model (``model`` set)."""
+        return bool(self.model)
 
     @classmethod
     def from_stored(cls, d: dict) -> "RunConfig":
@@ -98,5 +125,30 @@ class RunConfig:
         check_range(n, "entropy_coef", self.entropy_coef, lo=0.0)
         if not isinstance(self.init_from, str):
             raise ValueError(f"RunConfig.init_from={self.init_from!r} must be a path (a string; \"\" for none).")
+        self._check_pretrained()
         if self.width % self.heads:
             raise ValueError(f"RunConfig.width={self.width} must be a multiple of heads={self.heads}.")
+
+    def _check_pretrained(self) -> None:
+        from ..chat_rollout import FORMATS
+        from ..envs.registry import is_host_env
+        from ..models.lora import LoRAConfig
+        from ..models.llama import DTYPES
+
+        n = "RunConfig"
+        if not isinstance(self.model, str):
+            raise ValueError(f"RunConfig.model={self.model!r} must be a model name or path (a string; \"\" for the "
+                             "character policy).")
+        for f in ("max_reply", "max_prompt", "grad_accum"):
+            check_int(n, f, getattr(self, f), lo=1 if f != "max_reply" else 2)
+        for f in ("lora_rank", "train_layers"):
+            check_int(n, f, getattr(self, f), lo=0)
+        check_range(n, "kl_coef", self.kl_coef, lo=0.0)
+        check_choice(n, "action_format", self.action_format, FORMATS)
+        check_choice(n, "dtype", self.dtype, DTYPES)
+        if self.lora_rank:
+            LoRAConfig(rank=self.lora_rank, alpha=self.lora_alpha, targets=tuple(self.lora_targets.split(",")))
+        if self.model and not is_host_env(self.env):
+            raise ValueError(f"RunConfig.model={self.model!r} plays text environments through its chat template; "
+                             f"env={self.env!r} is not one: use env='textworld' (or model='' for the character "
+                             "policy).")

@@ -38,8 +38,14 @@ def _with_env(cfg: RunConfig, env):
 
 def _setup_for_run(cfg: RunConfig, run_dir: Path, games_dir: Optional[Path] = None) -> Setup:
     """The run's Setup; generated TextWorld games are shared by the runs beside it (or kept in
-    ``games_dir``: a game's file name holds everything it is generated from)."""
-    return Setup(cfg, cache_dir=games_dir or run_dir.parent / ".textworld_games")
+    ``games_dir``: a game's file name holds everything it is generated from). A pretrained
+    policy (``cfg.model``) gets an ``LLMSetup``."""
+    cache = games_dir or run_dir.parent / ".textworld_games"
+    if cfg.pretrained:
+        from .llm_setup import LLMSetup
+
+        return LLMSetup(cfg, cache_dir=cache)
+    return Setup(cfg, cache_dir=cache)
 
 
 def _evaluations(held: dict, train_ev: dict) -> dict:

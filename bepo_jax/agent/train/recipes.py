@@ -10,6 +10,14 @@ width-128 policy that sees the current grid only (prompt history 0), its output 
 started near uniform (head init x 0.01), learning rate 1e-3 with 4 epochs of 4
 minibatches per batch, evaluated on 128 held-out levels at iterations 0, 30 and 60.
 Why these: docs/results.md, "How the main job's recipe was chosen".
+
+``llm_textworld``: the offline SmolLM2-135M-Instruct (``bepo-jax models fetch smollm2-135m``)
+plays TextWorld games of quest length 1 (2 rooms, 3 objects) through its chat template,
+Gated-BEPO credit per turn; 2 games x 4 episodes of at most 4 turns per iteration, sampled at
+temperature 0.7, one earlier turn in the chat, replies of at most 24 tokens; PPO (2
+minibatches of 4 micro-batches) on the top 2 of its 30 blocks at learning rate 2e-5; 40
+iterations, 12 held-out games at iterations 0, 20 and 40, a checkpoint every 2 iterations
+(an iteration takes about 100 s on a 2-core CPU: docs/llm.md).
 """
 
 from __future__ import annotations
@@ -20,6 +28,10 @@ RECIPES: dict[str, RunConfig] = {
     "main_job": RunConfig(env="sokoban", estimator="gated_bepo", task_pool=4096, groups=16, layers=2, width=128,
                           prompt_history=0, head_init_scale=0.01, learning_rate=1e-3, ppo_epochs=4,
                           num_minibatches=4, iterations=60, eval_tasks=128, eval_every=30),
+    "llm_textworld": RunConfig(env="textworld", model="smollm2-135m", estimator="gated_bepo", groups=2, group_size=4,
+                               max_steps=4, quest_length=1, temperature=0.7, constrained=False, prompt_history=1,
+                               max_reply=24, train_layers=2, learning_rate=2e-5, num_minibatches=2, grad_accum=4,
+                               iterations=40, eval_tasks=12, eval_every=20, checkpoint_every=2, keep_checkpoints=2),
 }
 
 

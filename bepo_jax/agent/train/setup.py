@@ -99,13 +99,15 @@ class Setup:
         """Advantages of the rollout, the update, and the iteration's metrics (traceable)."""
         return self.learn_from(state, ro, self.advantages(ro.batch))
 
-    def learn_from(self, state: TrainState, ro: Rollout, out):
-        """The update and the iteration's metrics given the estimator's output (traceable)."""
+    def learn_from(self, state: TrainState, ro: Rollout, out, *, trainer: Optional[Trainer] = None, ref_logp=None):
+        """The update and the iteration's metrics given the estimator's output (traceable).
+        ``trainer``: another trainer of the same parameters (default the run's); ``ref_logp``
+        [B, K, T, L]: the reference policy's log-probs for the KL term."""
         adv = to_token_advantages(out.advantage, ro.response_mask)
         L = ro.tokens.shape[-1]
-        flat = lambda x: x.reshape(-1, L)
-        state, m = self.trainer.update_fn(state, UpdateBatch(flat(ro.tokens), flat(ro.mask), flat(ro.response_mask),
-                                                             flat(ro.old_logp), flat(adv)))
+        flat = lambda x: None if x is None else x.reshape(-1, L)
+        state, m = (trainer or self.trainer).update_fn(state, UpdateBatch(
+            flat(ro.tokens), flat(ro.mask), flat(ro.response_mask), flat(ro.old_logp), flat(adv), flat(ref_logp)))
         valid = ro.batch.mask
         m = dict(m)
         m["success_rate"] = jnp.mean(ro.success.astype(jnp.float32))

@@ -1,0 +1,115 @@
+"""A run whose policy is a pretrained chat model (``RunConfig.model``): ``LLMSetup``.
+
+    for it in 1..iterations:
+        tasks   <- B games from the training pool (K episodes each)
+        rollout -> per turn: the chat prompt, the sampled reply (its log-probs at the sampling
+                   temperature), the parsed command; states = the observation texts, hashed
+        A       <- the estimator's per-turn credit, broadcast to the reply's tokens
+        state   <- PPO on the reply tokens only (clip, optional k3 KL to the initial policy),
+                   micro-batches with gradient accumulation, over the trained parameters:
+                   LoRA adapters, the top N blocks, or all
+
+The same loop, run directory, checkpoints and resume as the character policy's runs
+(``train.loop``); only the policy, the rollout and the update's shapes differ. The turn
+sequences of an iteration are left-padded to its longest prompt bucket P (a multiple of
+``ChatRolloutConfig.bucket``), so the update compiles once per bucket and scores only from
+position P - 1 on (``TrainConfig.score_from``: the output head never sees the prompt).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from ...credit.estimators.registry import get_estimator, make_config
+from ..chat_rollout import ChatRollout, ChatRolloutConfig
+from ..envs.registry import make_host_env
+from ..models.interface import score_logits, token_logprobs
+from ..models.lora import LoRAConfig, add_lora, trainable
+from ..models.pretrained import load_pretrained
+from ..rl.loss import PPOLossConfig
+from ..rl.train_step import TrainConfig, Trainer, TrainState
+from ..rollout import Rollout
+from .config import EVAL_SEED_OFFSET, RunConfig
+from .setup import Setup
+
+
+class LLMSetup(Setup):
+    """``Setup`` for a pretrained policy: the model (with adapters when ``lora_rank``), the
+    trainer of the chosen parameters, the chat rollout, and the iteration."""
+
+    def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None):
+        self.cfg = cfg
+        self.host = True
+        self.env = make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET)
+        self.max_steps = self.env.max_steps
+        self.train_tasks = self.env.train_tasks
+        self.pool_size = self.env.pool
+        self.eval_pool = self.env.held_out(cfg.eval_tasks)
+        self.pretrained = load_pretrained(cfg.model, dtype=cfg.dtype)
+        self.model = self.pretrained.model
+        if cfg.lora_rank:
+            add_lora(self.model, LoRAConfig(rank=cfg.lora_rank, alpha=cfg.lora_alpha,
+                                            targets=tuple(cfg.lora_targets.split(",")), seed=cfg.seed))
+        self._trainable = trainable(self.model, lora=bool(cfg.lora_rank), top_layers=cfg.train_layers)
+        self.rollout_cfg = ChatRolloutConfig(group_size=cfg.group_size, prompt_history=cfg.prompt_history,
+                                             temperature=cfg.temperature, max_reply=cfg.max_reply,
+                                             invalid_penalty=cfg.invalid_penalty, action_format=cfg.action_format,
+                                             constrained=cfg.constrained, state_with_commands=cfg.state_with_commands,
+                                             max_prompt=cfg.max_prompt)
+        N = cfg.groups * cfg.group_size * self.max_steps
+        per = cfg.num_minibatches * cfg.grad_accum
+        if N % per:
+            raise ValueError(f"RunConfig: an iteration has groups x group_size x max_steps = {N} turn sequences, not a "
+                             f"multiple of num_minibatches x grad_accum = {per}; change grad_accum or num_minibatches.")
+        self._train_cfg = TrainConfig(
+            learning_rate=cfg.learning_rate, total_steps=cfg.iterations, ppo_epochs=cfg.ppo_epochs,
+            num_minibatches=cfg.num_minibatches, grad_accum=cfg.grad_accum, seed=cfg.seed,
+            temperature=cfg.temperature, loss=PPOLossConfig(entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef))
+        self.trainer = Trainer(self.model, self._train_cfg, trainable=self._trainable)
+        self._trainers: dict[int, Trainer] = {}
+        self._reference = self.trainer.init_state().params if cfg.kl_coef > 0 else None
+        self.rollout = ChatRollout(self.pretrained, self.trainer.graphdef, self.trainer.rest, self.env.chat_env,
+                                   self.rollout_cfg, max_steps=self.max_steps)
+        self.estimator = get_estimator(cfg.estimator)
+        self.est_cfg = make_config(cfg.estimator, **cfg.estimator_config)
+        self._iteration = self._update = self._eval = None
+
+    def trainer_for(self, length: int) -> Trainer:
+        """The trainer of sequences of ``length`` = P + max_reply tokens: it scores from P - 1."""
+        P = length - self.rollout_cfg.max_reply
+        if P not in self._trainers:
+            cfg = dataclasses.replace(self._train_cfg, score_from=P - 1)
+            self._trainers[P] = Trainer(self.model, cfg, trainable=self._trainable)
+        return self._trainers[P]
+
+    def reference_logp(self, ro: Rollout):
+        """log pi_ref of every token under the initial parameters (the KL term's reference), at the
+        sampling temperature; 0 before the reply (traceable)."""
+        L = ro.tokens.shape[-1]
+        start = L - self.rollout_cfg.max_reply - 1
+        model = self.trainer.model(TrainState(self._reference, None, None, None))
+        flat = lambda x: x.reshape(-1, L)
+        logits = score_logits(model, flat(ro.tokens), flat(ro.mask), start) / self.cfg.temperature
+        logp, _ = token_logprobs(logits, flat(ro.tokens), start)
+        return jax.lax.stop_gradient(jnp.where(flat(ro.response_mask), logp, 0.0)).reshape(ro.tokens.shape)
+
+    def _learn(self, state: TrainState, ro: Rollout):
+        ref = self.reference_logp(ro) if self._reference is not None else None
+        return self.learn_from(state, ro, self.advantages(ro.batch), trainer=self.trainer_for(ro.tokens.shape[-1]),
+                               ref_logp=ref)
+
+    def iterate(self, state: TrainState, it: int):
+        """One iteration (``Setup.iterate``) and the rollout's own numbers: reply length, time
+        spent decoding and stepping games, sampling programs compiled so far."""
+        state, m = super().iterate(state, it)
+        ro = self.rollout
+        replies = [len(self.pretrained.tokenizer.encode(t["reply"])) for ep in ro.episodes for t in ep]
+        m["reply_tokens"] = sum(replies) / max(len(replies), 1)
+        m["rollout/decode_s"], m["rollout/env_s"] = ro.timing["decode_s"], ro.timing["env_s"]
+        m["rollout/compiles"] = float(ro.compiles)
+        return state, m

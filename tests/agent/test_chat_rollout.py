@@ -1,0 +1,160 @@
+"""A pretrained chat model as the policy: rollouts in a text game, the update's view of them, LoRA.
+
+Each test checks the rollout against something outside it: the model's own full forward (the
+log-probs), the tokenizer's own encoding of the reply (the loss mask), the game's own record of
+what it showed and what it was told (states, no-ops), the base model (LoRA with B = 0).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bepo_jax.agent.chat_rollout import ChatRollout, ChatRolloutConfig, format_command, parse_reply
+from bepo_jax.agent.models import load_pretrained, token_logprobs
+from bepo_jax.agent.models.lora import LoRAConfig, add_lora, trainable
+from bepo_jax.agent.rl.train_step import TrainConfig, Trainer, UpdateBatch
+from bepo_jax.credit.hashing import hash_observations
+
+from .conftest import Corridor
+
+TEMPERATURE = 0.7
+
+
+@pytest.fixture(scope="module")
+def pre(tiny_chat_dir):
+    return load_pretrained(tiny_chat_dir)
+
+
+def _run(pre, *, trainer=None, tasks=(0, 1), seed=0, max_steps=3, **kw):
+    cfg = ChatRolloutConfig(**{"group_size": 2, "temperature": TEMPERATURE, "max_reply": 12, **kw})
+    tr = trainer or Trainer(pre.model, TrainConfig(temperature=TEMPERATURE))
+    envs: list[Corridor] = []
+
+    def make():
+        envs.append(Corridor())
+        return envs[-1]
+
+    ro = ChatRollout(pre, tr.graphdef, tr.rest, make, cfg, max_steps=max_steps)
+    out = ro(tr.init_state().params, list(tasks), jax.random.PRNGKey(seed))
+    return tr, ro, out, envs
+
+
+def _flat(x):
+    x = np.asarray(x)
+    return x.reshape((-1,) + x.shape[3:])
+
+
+def test_recorded_log_probs_are_the_models_and_the_first_ratio_is_one(pre):
+    tr, ro, out, _ = _run(pre)
+    tokens, mask, resp, old = map(_flat, (out.tokens, out.mask, out.response_mask, out.old_logp))
+    assert resp.any() and (resp <= mask).all()
+    # the model's full forward over the stored sequences, at the sampling temperature
+    logp, _ = token_logprobs(pre.model(jnp.asarray(tokens), jnp.asarray(mask)) / TEMPERATURE, jnp.asarray(tokens))
+    np.testing.assert_allclose(np.asarray(logp)[resp], old[resp], atol=2e-5)
+    # the update itself (one minibatch, scoring from the prompt's end): ratio 1, nothing clipped
+    P = tokens.shape[1] - ro.config.max_reply
+    upd = Trainer(pre.model, TrainConfig(temperature=TEMPERATURE, score_from=P - 1))
+    adv = np.where(resp, 1.0, 0.0).astype(np.float32)
+    _, m = upd.step(upd.init_state(), UpdateBatch(jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(resp),
+                                                  jnp.asarray(old), jnp.asarray(adv)))
+    assert abs(float(m["approx_kl"])) < 1e-6 and float(m["clip_frac"]) == 0.0
+
+
+@pytest.mark.parametrize("action_format", ["bare", "tag"])
+def test_the_loss_mask_is_exactly_the_replys_tokens(pre, action_format):
+    # constrained: each reply names a command; its tokens are the tokenizer's encoding of it, then end-of-turn
+    _, ro, out, _ = _run(pre, constrained=True, action_format=action_format)
+    tok = pre.tokenizer
+    resp, tokens, valid = _flat(out.response_mask), _flat(out.tokens), np.asarray(out.batch.mask).reshape(-1)
+    turns = [t for ep in ro.episodes for t in ep]
+    assert len(turns) == valid.sum()
+    for row, turn in zip(np.flatnonzero(valid), turns):
+        assert turn["action"] >= 0
+        expected = tok.encode(format_command(turn["commands"][turn["action"]], action_format))
+        assert tokens[row][resp[row]].tolist() == expected + [ro.stop[0]]
+    assert not resp[~valid].any()
+    # unconstrained: the masked tokens decode to the reply the game was given (then the end of the turn, if sampled)
+    _, ro, out, _ = _run(pre, seed=1)
+    resp, tokens, valid = _flat(out.response_mask), _flat(out.tokens), np.asarray(out.batch.mask).reshape(-1)
+    for row, turn in zip(np.flatnonzero(valid), [t for ep in ro.episodes for t in ep]):
+        ids = tokens[row][resp[row]].tolist()
+        ended = ids[-1] in tok.end_of_turn_ids
+        assert ended or len(ids) == ro.config.max_reply
+        assert tok.decode(ids[:-1] if ended else ids, skip_special_tokens=True) == turn["reply"]
+
+
+@pytest.mark.parametrize("with_commands", [False, True])
+def test_states_are_the_games_own_observations(pre, with_commands):
+    _, _, out, envs = _run(pre, constrained=True, state_with_commands=with_commands, max_steps=4)
+    keys, valid = np.asarray(out.batch.obs_key), np.asarray(out.batch.mask)
+    B, K, T = valid.shape
+    for i, env in enumerate(envs):
+        b, k = divmod(i, K)
+        n = int(valid[b, k].sum())
+        assert len(env.steps) == n  # constrained: every turn names a command, so every turn steps the game
+        shown = env.log[:n]  # the observation each turn acted on
+        texts = [s + ("\n" + "\n".join(Corridor.commands) if with_commands else "") for s in shown]
+        np.testing.assert_array_equal(keys[b, k, :n], hash_observations(texts))
+        assert bool(out.success[b, k]) == (env.room == 3)
+
+
+def test_an_unparseable_reply_is_a_no_op_with_the_penalty(pre):
+    _, ro, out, envs = _run(pre, invalid_penalty=-0.25, seed=2)  # a random model rarely names a command
+    pen, valid, act = np.asarray(out.batch.penalty), np.asarray(out.batch.mask), np.asarray(out.actions)
+    K = out.success.shape[1]
+    invalid_turns = 0
+    for i, env in enumerate(envs):
+        b, k = divmod(i, K)
+        turns = ro.episodes[i]
+        named = [t["reply"].strip().lower() in Corridor.commands for t in turns]  # an independent reading
+        assert [a >= 0 for a in act[b, k][valid[b, k]]] == named
+        np.testing.assert_array_equal(pen[b, k][valid[b, k]], np.where(named, 0.0, -0.25).astype(np.float32))
+        assert env.steps == [t["commands"][t["action"]] for t in turns if t["action"] >= 0]
+        invalid_turns += named.count(False)
+    assert invalid_turns > 0
+    assert (pen[~valid] == 0).all()
+
+
+def test_parse_reply_reads_the_formats():
+    cmds = ["go east", "take key from box"]
+    assert parse_reply("Go East.\nbecause", cmds, "bare") == 0
+    assert parse_reply("  `take key from box`", cmds, "bare") == 1
+    assert parse_reply("go", cmds, "bare") == -1 and parse_reply("", cmds, "bare") == -1
+    assert parse_reply("I think <action>take key from box</action>", cmds, "tag") == 1
+    assert parse_reply("go east", cmds, "tag") == -1  # no tags
+
+
+def test_compiled_programs_stay_after_warm_up(pre):
+    tr = Trainer(pre.model, TrainConfig(temperature=TEMPERATURE))
+    _, ro, _, _ = _run(pre, trainer=tr)
+    before = ro.compiles
+    ro(tr.init_state().params, [0, 1], jax.random.PRNGKey(5))
+    assert ro.compiles == before
+
+
+def test_lora_with_zero_b_is_the_base_model_and_only_adapters_train(tiny_chat_dir):
+    pre = load_pretrained(tiny_chat_dir)
+    ids = jnp.asarray([pre.prompt_ids([{"role": "user", "content": "go east"}])])
+    base = np.asarray(pre.model(ids, jnp.ones(ids.shape, bool)))
+    add_lora(pre.model, LoRAConfig(rank=4, targets=("q_proj", "v_proj", "down_proj")))
+    np.testing.assert_array_equal(np.asarray(pre.model(ids, jnp.ones(ids.shape, bool))), base)
+    tr = Trainer(pre.model, TrainConfig(), trainable=trainable(pre.model, lora=True))
+    leaves = jax.tree_util.tree_leaves_with_path(tr.init_state().params)
+    names = {str(p[-2].key if hasattr(p[-2], "key") else p[-2]) for p, _ in leaves}
+    assert names == {"lora_a", "lora_b"} and len(leaves) == 2 * 3 * len(pre.model.layers)
+    pre.model.layers[0].q_proj.lora_b[...] = jnp.ones_like(pre.model.layers[0].q_proj.lora_b[...])
+    assert not np.allclose(np.asarray(pre.model(ids, jnp.ones(ids.shape, bool))), base)
+
+
+def test_top_layers_train_only_the_top_blocks_and_the_final_norm(tiny_chat_dir):
+    pre = load_pretrained(tiny_chat_dir)
+    params = nnx.state(pre.model, trainable(pre.model, top_layers=1))
+    paths = [p for p, _ in jax.tree_util.tree_leaves_with_path(params)]
+    tops = {(getattr(p[0], "key", None), getattr(p[1], "key", None)) for p in paths}
+    assert tops == {("layers", 1), ("norm", "scale")}
+    with pytest.raises(ValueError, match="top_layers=3"):
+        trainable(pre.model, top_layers=3)

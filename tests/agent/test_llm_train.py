@@ -1,0 +1,69 @@
+"""A pretrained chat model trained through the command line: a tiny recipe end to end, SIGKILL and
+resume equal to the uninterrupted run, evaluation of its checkpoint, and the config's refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bepo_jax.agent.train import RunConfig, read_metrics
+from bepo_jax.cli import main
+
+TIMES = ("step_time", "env_steps_per_s", "rollout/decode_s", "rollout/env_s", "rollout/compiles")
+
+
+def _flags(model_dir, iterations=4):
+    return ["--env", "textworld", "--model", str(model_dir), "--iterations", str(iterations), "--groups", "1",
+            "--group-size", "2", "--max-steps", "2", "--max-reply", "8", "--task-pool", "2", "--eval-tasks", "1",
+            "--eval-every", "4", "--checkpoint-every", "1", "--no-constrained", "--train-layers", "1",
+            "--grad-accum", "2", "--learning-rate", "0.01", "--quiet"]
+
+
+@pytest.mark.slow
+def test_a_killed_llm_run_resumes_to_the_uninterrupted_one(tiny_chat_dir, tmp_path, capsys):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert main(["train", "--out", str(whole), *_flags(tiny_chat_dir)]) == 0
+    rows = read_metrics(whole)
+    assert [r["iteration"] for r in rows] == [0, 1, 2, 3, 4]
+    assert "eval/success_rate" in rows[4] and rows[1]["reply_tokens"] > 0 and "graph/gated_share" in rows[1]
+    assert rows[2]["approx_kl"] != 0.0 or rows[2]["grad_norm"] > 0  # the update ran on the replies
+
+    # the same run in another process, SIGKILLed once iteration 2 is logged, then resumed here
+    proc = subprocess.Popen([sys.executable, "-m", "bepo_jax.cli", "train", "--out", str(cut),
+                             *_flags(tiny_chat_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if (cut / "metrics.jsonl").exists() and len((cut / "metrics.jsonl").read_text().splitlines()) >= 3:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+    assert not (cut / "summary.json").exists()
+    assert main(["train", "--out", str(cut), "--resume", "--quiet"]) == 0
+    resumed = read_metrics(cut)
+    assert [r["iteration"] for r in resumed] == [0, 1, 2, 3, 4]
+    for a, b in zip(rows, resumed):
+        for k in a:
+            if k not in TIMES:
+                assert a[k] == b[k], f"iteration {a['iteration']} {k}: {a[k]!r} != {b[k]!r} (resume must be exact)"
+
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(cut), "--tasks", "2"]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["iteration"] == 4 and ev["tasks"] == 2
+
+
+def test_the_llm_fields_are_checked(tiny_chat_dir):
+    with pytest.raises(ValueError, match="env='textworld'"):
+        RunConfig(env="sokoban", model=str(tiny_chat_dir))
+    with pytest.raises(ValueError, match="action_format"):
+        RunConfig(env="textworld", model=str(tiny_chat_dir), action_format="json")
+    with pytest.raises(ValueError, match="LoRAConfig.targets"):
+        RunConfig(env="textworld", model=str(tiny_chat_dir), lora_rank=4, lora_targets="q_proj,wq")
