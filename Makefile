@@ -14,7 +14,7 @@ PY312_TESTS := tests/credit/test_estimators.py tests/credit/test_graph.py tests/
 	tests/agent/test_byo_env.py tests/credit/test_sharding.py tests/integrations/test_turns.py tests/integrations/test_tunix.py tests/agent/test_multihost.py \
 	tests/test_docs.py tests/test_packaging.py tests/test_xdist_groups.py tests/agent/test_llama.py
 
-.PHONY: install install-py312 train record-main-job models demo test test-notebooks test-py312 lock lock-py312 clean
+.PHONY: install install-py312 train train-llm record-main-job models demo test test-notebooks test-py312 lock lock-py312 clean
 
 # Install only: .venv (Python 3.11, requirements.lock) or .venv312 (Python 3.12, requirements-py312.lock).
 install: $(VENV)/.installed
@@ -51,6 +51,12 @@ MAIN_JOB_OUT := runs/main_job
 # README's main-job table cites (experiments/results/main_job.json), on purpose, then refreshes the tables.
 train: $(VENV)/.installed
 	$(VENV)/bin/bepo-jax train $(MAIN_JOB_FLAGS) --out $(MAIN_JOB_OUT)$(if $(wildcard $(MAIN_JOB_OUT)/config.json), --resume,)
+
+# The second job: SmolLM2-135M-Instruct learns TextWorld games with step credit (recipe llm_textworld,
+# docs/llm.md; about 100 s an iteration here, resumable: run it again after a stop). It records its
+# results in experiments/results/llm_textworld/.
+train-llm: $(VENV)/.installed models
+	$(PY) -m experiments.llm_learning --progress
 
 record-main-job: $(VENV)/.installed
 	@test -f $(MAIN_JOB_OUT)/summary.json || { echo "no finished main job in $(MAIN_JOB_OUT): run make train first" >&2; exit 1; }

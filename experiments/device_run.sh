@@ -24,7 +24,14 @@ timeout ${T_ENV:-90} $PY -m experiments.bench_env_loop $BK $E --out "$OUT" >> "$
 # network, so copy it there first).
 if [ -n "${MODEL:-}" ] && [ -f "$MODEL" ]; then
   timeout ${T_LLM:-240} $PY -m experiments.bench_llm --model "$MODEL" --repeats 2 --out "$OUT" >> "$OUT/run.log" 2>&1; echo "bench_llm rc=$?"
+  # The LLM recipe (bepo-jax train --recipe llm_textworld) at a GPU's batch: 8 games x 8 episodes, LoRA on every
+  # projection of all 30 blocks instead of the CPU's top 2 blocks; per-iteration seconds split between decoding,
+  # games and the update land in $OUT/llm_textworld/metrics.jsonl (needs textworld on the machine).
+  timeout ${T_LLM_TRAIN:-300} $PY -m bepo_jax.cli train --recipe llm_textworld --model "$MODEL" --groups 8 \
+    --group-size 8 --iterations 4 --eval-every 4 --eval-tasks 8 --train-layers 0 --lora-rank 16 \
+    --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --grad-accum 8 --quiet \
+    --out "$OUT/llm_textworld" >> "$OUT/run.log" 2>&1; echo "llm_textworld rc=$?"
 else
-  echo "bench_llm skipped: set MODEL to the GGUF file of smollm2-135m"
+  echo "bench_llm and llm_textworld skipped: set MODEL to the GGUF file of smollm2-135m"
 fi
 tail -n 40 "$OUT/run.log"

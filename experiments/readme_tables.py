@@ -46,6 +46,26 @@ def main_job() -> str:
     return "\n".join(lines)
 
 
+def llm_job() -> str:
+    """The second job: the LLM recipe's run (``python -m experiments.llm_learning``)."""
+    s = _load("llm_textworld/summary.json")
+    h, t, sp = s["held_out"], s["training_games"], s["time_split_s"]
+    lines = ["| games | before | after | paired change, 95% t-interval over games |", "|---|---:|---:|---:|",
+             f"| {h['games']} held-out games ({h['episodes_per_game']} episodes each) | {h['initial']:.3f} | "
+             f"{h['final']:.3f} | {h['paired_change']:+.3f} +- {h['paired_change_ci95']:.3f} |",
+             f"| {s['recipe']['task_pool'] or 8} training games | {t['initial']:.3f} | {t['final']:.3f} | |", "",
+             f"{s['iterations']} iterations, {sp['per_iteration']:.0f} s per iteration on average: "
+             f"{sp['decode'] / sp['iterations_total']:.0%} decoding replies, {sp['env'] / sp['iterations_total']:.0%} "
+             f"stepping games, {sp['update_and_rest'] / sp['iterations_total']:.0%} the update and the rest "
+             "(`experiments/results/llm_textworld/summary.json`)."]
+    return "\n".join(lines)
+
+
+def llm_profile() -> str:
+    """What an LLM iteration costs and what the untrained model does (``python -m experiments.profile_llm``)."""
+    return "\n".join((RESULTS / "llm_profile.md").read_text().splitlines()[2:]).strip()
+
+
 def compare_sokoban() -> str:
     c = _load("compare_sokoban/compare.json")
     thr = c["threshold"]
@@ -602,7 +622,8 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "recipe_ablation": recipe_ablation, "e2_confirm": e2_confirm,
           "e2_rescore": lambda: _rescore("e2_rescore"), "e2_claims_rescore": lambda: _rescore("e2_claims_rescore"),
           "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore"), "headline": headline,
-          "warm_start": warm_start, "confirmatory": confirmatory_primary}
+          "warm_start": warm_start, "confirmatory": confirmatory_primary, "llm_job": llm_job,
+          "llm_profile": llm_profile}
 
 
 def render(text: str) -> str:
@@ -620,7 +641,7 @@ def render(text: str) -> str:
 
 
 # The files whose tables are rendered here: README (the headline and the main job) and the manual.
-DOCS = ("README.md", "docs/results.md", "docs/benchmarks.md")
+DOCS = ("README.md", "docs/results.md", "docs/benchmarks.md", "docs/llm.md")
 
 
 def main(argv=None) -> int:

@@ -153,7 +153,7 @@ class JaxEnvOnHost:
 
     def __init__(self, env: JaxEnv):
         self.env = env
-        self.objective = ""
+        self.objective = getattr(env, "objective", "")  # the task text a chat prompt starts with
         self._words = list(env.action_words)
 
     def reset(self, task) -> tuple[str, list[str]]:

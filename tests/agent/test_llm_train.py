@@ -61,9 +61,29 @@ def test_a_killed_llm_run_resumes_to_the_uninterrupted_one(tiny_chat_dir, tmp_pa
 
 
 def test_the_llm_fields_are_checked(tiny_chat_dir):
-    with pytest.raises(ValueError, match="env='textworld'"):
-        RunConfig(env="sokoban", model=str(tiny_chat_dir))
     with pytest.raises(ValueError, match="action_format"):
         RunConfig(env="textworld", model=str(tiny_chat_dir), action_format="json")
     with pytest.raises(ValueError, match="LoRAConfig.targets"):
         RunConfig(env="textworld", model=str(tiny_chat_dir), lora_rank=4, lora_targets="q_proj,wq")
+
+
+def test_a_chat_model_plays_sokoban_rendered_as_text(tiny_chat_dir):
+    import jax
+
+    from bepo_jax.agent.envs.sokoban import render_text
+    from bepo_jax.agent.train.llm_setup import LLMSetup
+
+    cfg = RunConfig(env="sokoban", model=str(tiny_chat_dir), groups=2, group_size=2, max_steps=2, task_pool=3,
+                    eval_tasks=1, constrained=True, max_reply=8, train_layers=1)
+    setup = LLMSetup(cfg)
+    state, m = setup.iterate(setup.init_state(), 1)
+    starts = {render_text(setup.env.jax_env.reset(t).grid) for t in setup.train_tasks}  # the environment's own text
+    episodes = setup.rollout.episodes
+    assert len(episodes) == 4 and m["invalid_rate"] == 0.0  # constrained: every reply is a move
+    for ep in episodes:
+        assert ep[0]["observation"].strip() in starts
+        assert ep[0]["commands"] == ["up", "down", "left", "right"]
+    prompt = setup.rollout.pre.tokenizer.decode(setup.rollout.prompt_ids(
+        setup.rollout.envs[0].objective, [], episodes[0][0]["observation"], ["up"]))
+    assert "Push every box onto a target" in prompt
+    assert jax.tree_util.tree_leaves(state.params)

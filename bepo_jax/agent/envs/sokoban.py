@@ -214,6 +214,10 @@ class SokobanEnv:
 
     name = "sokoban"
     action_words = ACTIONS
+    # the task as a chat model reads it (``agent.chat_rollout``): the goal and the map's symbols
+    objective = ("Push every box onto a target. The map, row by row: # wall, _ floor, O target, X box, "
+                 "√ box on a target, P you, S you on a target. You move up, down, left or right and push a box "
+                 "by walking into it.")
 
     def __init__(self, config: SokobanConfig = SokobanConfig()):
         from .base import NEWLINE, symbol_table

@@ -34,8 +34,9 @@ class RunConfig:
     ("" = fresh parameters from the seed); the optimizer starts fresh.
 
     A pretrained policy (``model``: a name of ``bepo-jax models list`` or a GGUF file / Hugging
-    Face directory; "" = the small character policy above): it plays a host text environment
-    (``textworld``) through its chat template (``chat_rollout``); max_reply tokens per turn,
+    Face directory; "" = the small character policy above): it plays TextWorld, or a JAX
+    environment's rendered text (Sokoban, ...), through its chat template (``chat_rollout``);
+    max_reply tokens per turn,
     max_prompt (longer chats drop their oldest turns), action_format ("bare" | "tag"),
     state_with_commands (states hash the admissible commands too); it trains LoRA adapters
     (lora_rank > 0, lora_alpha, lora_targets: comma-separated projections) or the top
@@ -131,7 +132,6 @@ class RunConfig:
 
     def _check_pretrained(self) -> None:
         from ..chat_rollout import FORMATS
-        from ..envs.registry import is_host_env
         from ..models.lora import LoRAConfig
         from ..models.llama import DTYPES
 
@@ -148,7 +148,3 @@ class RunConfig:
         check_choice(n, "dtype", self.dtype, DTYPES)
         if self.lora_rank:
             LoRAConfig(rank=self.lora_rank, alpha=self.lora_alpha, targets=tuple(self.lora_targets.split(",")))
-        if self.model and not is_host_env(self.env):
-            raise ValueError(f"RunConfig.model={self.model!r} plays text environments through its chat template; "
-                             f"env={self.env!r} is not one: use env='textworld' (or model='' for the character "
-                             "policy).")

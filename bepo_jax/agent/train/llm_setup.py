@@ -19,6 +19,7 @@ position P - 1 on (``TrainConfig.score_from``: the output head never sees the pr
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -27,7 +28,8 @@ import jax.numpy as jnp
 
 from ...credit.estimators.registry import get_estimator, make_config
 from ..chat_rollout import ChatRollout, ChatRolloutConfig
-from ..envs.registry import make_host_env
+from ..envs.registry import is_host_env, make_host_env, make_jax_env
+from ..host_rollout import JaxEnvOnHost
 from ..models.interface import score_logits, token_logprobs
 from ..models.lora import LoRAConfig, add_lora, trainable
 from ..models.pretrained import load_pretrained
@@ -38,6 +40,30 @@ from .config import EVAL_SEED_OFFSET, RunConfig
 from .setup import Setup
 
 
+class JaxTextGames:
+    """A JAX environment (Sokoban, the maze, a registered one) as text games for a chat model:
+    each episode is a ``JaxEnvOnHost`` (the rendered observation as text, the action words as the
+    admissible commands, the environment's ``objective`` attribute as the task); the run's
+    training pool (``task_pool``, default 32) and held-out tasks as the character policy's runs
+    draw them (seed, seed + ``EVAL_SEED_OFFSET``)."""
+
+    def __init__(self, env, cfg: RunConfig):
+        self.jax_env, self.cfg = env, cfg
+        self.pool = cfg.task_pool or 32
+        self.max_steps = cfg.max_steps or env.max_steps
+        self.train_tasks = self._tasks(self.pool, cfg.seed)
+
+    def _tasks(self, n: int, seed: int) -> list:
+        tasks = self.jax_env.sample_tasks(n, seed)
+        return [jax.tree_util.tree_map(lambda x, i=i: x[i], tasks) for i in range(n)]
+
+    def held_out(self, n: int) -> list:
+        return self._tasks(n, self.cfg.seed + EVAL_SEED_OFFSET)
+
+    def chat_env(self) -> JaxEnvOnHost:
+        return JaxEnvOnHost(self.jax_env)
+
+
 class LLMSetup(Setup):
     """``Setup`` for a pretrained policy: the model (with adapters when ``lora_rank``), the
     trainer of the chosen parameters, the chat rollout, and the iteration."""
@@ -45,7 +71,8 @@ class LLMSetup(Setup):
     def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None):
         self.cfg = cfg
         self.host = True
-        self.env = make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET)
+        self.env = (make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET) if is_host_env(cfg.env)
+                    else JaxTextGames(make_jax_env(cfg.env, cfg), cfg))
         self.max_steps = self.env.max_steps
         self.train_tasks = self.env.train_tasks
         self.pool_size = self.env.pool
@@ -104,12 +131,18 @@ class LLMSetup(Setup):
                                ref_logp=ref)
 
     def iterate(self, state: TrainState, it: int):
-        """One iteration (``Setup.iterate``) and the rollout's own numbers: reply length, time
-        spent decoding and stepping games, sampling programs compiled so far."""
+        """One iteration (``Setup.iterate``) and the rollout's own numbers: reply length (tokens),
+        seconds spent decoding replies and stepping games, reply tokens per second of decoding, the
+        rest of the iteration (``update_s``: advantages, the update, building prompts), sampling
+        programs compiled so far."""
+        t0 = time.perf_counter()
         state, m = super().iterate(state, it)
+        total = time.perf_counter() - t0
         ro = self.rollout
         replies = [len(self.pretrained.tokenizer.encode(t["reply"])) for ep in ro.episodes for t in ep]
         m["reply_tokens"] = sum(replies) / max(len(replies), 1)
         m["rollout/decode_s"], m["rollout/env_s"] = ro.timing["decode_s"], ro.timing["env_s"]
+        m["rollout/reply_tokens_per_s"] = sum(replies) / max(ro.timing["decode_s"], 1e-9)
+        m["update_s"] = total - ro.timing["decode_s"] - ro.timing["env_s"]  # advantages, update, prompt building
         m["rollout/compiles"] = float(ro.compiles)
         return state, m

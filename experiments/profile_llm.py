@@ -1,0 +1,124 @@
+"""What an LLM iteration costs on this machine, and what the untrained model does with each prompt.
+
+    python -m experiments.profile_llm                      # both parts
+    python -m experiments.profile_llm --part prompts       # only the prompt probe
+    python -m experiments.profile_llm --part iteration     # only the iteration profile
+
+Part ``prompts``: SmolLM2-135M-Instruct, untrained, answers the first turn of 4 TextWorld games
+(quest length 1) 8 times each at temperature 0.7 under each prompt variant (reply format;
+the worked example turn on or off; admissible commands one per line or comma-separated); the
+share of replies that name no admissible command, and the share that win at once.
+
+Part ``iteration``: the ``llm_textworld`` recipe's iteration (2 games x 4 episodes x at most 4
+turns) with each choice of trained parameters (top 2 blocks; LoRA rank 8 on q and v of all 30
+blocks; every parameter) and with the reply cut to 12 tokens: seconds of the first iteration
+(compiles included) and the second, split into decoding the replies, stepping the games and the
+rest (advantages and the update), and the peak resident memory of the process so far.
+
+Results: ``experiments/results/llm_profile.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+import time
+
+import jax
+import numpy as np
+
+from bepo_jax.agent import chat_rollout
+from bepo_jax.agent.train.recipes import recipe
+
+from .common import RESULTS, command, machine, parser, write_json, write_lines
+
+NAME = "profile_llm"
+VARIANTS = {  # name -> RunConfig overrides of the recipe
+    "top 2 blocks (recipe)": {},
+    "LoRA r8 q,v (30 blocks)": {"train_layers": 0, "lora_rank": 8, "grad_accum": 4},
+    "every parameter": {"train_layers": 0, "grad_accum": 4},
+    "top 2 blocks, replies <= 12 tokens": {"max_reply": 12},
+}
+
+
+def _setup(cfg):
+    from bepo_jax.agent.train.llm_setup import LLMSetup
+
+    return LLMSetup(cfg, cache_dir=RESULTS.parent.parent / "runs" / ".textworld_games")
+
+
+def probe_prompts(games: int = 4, samples: int = 8) -> list[dict]:
+    base = recipe("llm_textworld").replace(task_pool=games, groups=games, group_size=samples, max_steps=1)
+    setup = _setup(base)
+    comma = lambda obs, cmds: f"Observation: {obs.strip()}\nAdmissible commands: {', '.join(cmds)}\nYour command:"
+    lined = chat_rollout.user_message
+    rows = []
+    for fmt in ("bare", "tag"):
+        for example in (True, False):
+            for listing, user in (("one per line", lined), ("comma-separated", comma)):
+                chat_rollout.user_message = user
+                try:
+                    cfg = dataclasses.replace(setup.rollout_cfg, action_format=fmt, example=example)
+                    ro = chat_rollout.ChatRollout(setup.pretrained, setup.trainer.graphdef, setup.trainer.rest,
+                                                  setup.env.chat_env, cfg, max_steps=1)
+                    out = ro(setup.init_state().params, setup.train_tasks[:games], jax.random.PRNGKey(0))
+                finally:
+                    chat_rollout.user_message = lined
+                act = np.asarray(out.actions)[..., 0]
+                rows.append({"format": fmt, "example": example, "commands": listing, "replies": int(act.size),
+                             "invalid": float((act < 0).mean()), "won": float(np.asarray(out.success).mean())})
+                print(rows[-1], flush=True)
+    return rows
+
+
+def profile_iterations() -> list[dict]:
+    rows = []
+    for name, over in VARIANTS.items():
+        setup = _setup(recipe("llm_textworld").replace(**over))
+        state = setup.init_state()
+        its = []
+        for it in (1, 2):
+            t0 = time.perf_counter()
+            state, m = setup.iterate(state, it)
+            its.append({"seconds": time.perf_counter() - t0, "decode_s": m["rollout/decode_s"],
+                        "env_s": m["rollout/env_s"], "update_s": m["update_s"], "turns": m["env_steps"]})
+        rows.append({"variant": name, "overrides": over, "first": its[0], "second": its[1],
+                     "trained_parameters": int(sum(x.size for x in jax.tree_util.tree_leaves(state.params))),
+                     "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20})
+        print(rows[-1], flush=True)
+        del setup, state
+    return rows
+
+
+def main(argv=None) -> None:
+    p = parser(__doc__)
+    p.add_argument("--part", choices=("both", "prompts", "iteration"), default="both")
+    args = p.parse_args(argv)
+    path = RESULTS / "llm_profile.json"
+    import json
+
+    res = json.loads(path.read_text()) if path.exists() else {}
+    if args.part in ("both", "prompts"):
+        res["prompts"] = probe_prompts()
+    if args.part in ("both", "iteration"):
+        res["iteration"] = profile_iterations()
+    res.update(command=command(NAME), machine=machine())
+    write_json(path, res)
+    lines = ["# What an LLM iteration costs, and what the untrained model does with each prompt", "",
+             f"`{res['command']}` on {res['machine']['cpu_count']} CPUs ({res['machine']['processor'] or 'cpu'}).", ""]
+    if "prompts" in res:
+        lines += ["| format | example turn | commands | replies | invalid | won at once |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['format']} | {'yes' if r['example'] else 'no'} | {r['commands']} | {r['replies']} | "
+                  f"{r['invalid']:.2f} | {r['won']:.2f} |" for r in res["prompts"]]
+        lines.append("")
+    if "iteration" in res:
+        lines += ["| trained | parameters | 1st it. (s) | 2nd it. (s) | decode | games | update + rest | peak RSS (GiB) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['variant']} | {r['trained_parameters']:,} | {r['first']['seconds']:.1f} | "
+                  f"{r['second']['seconds']:.1f} | {r['second']['decode_s']:.1f} | {r['second']['env_s']:.1f} | "
+                  f"{r['second']['update_s']:.1f} | {r['peak_rss_gib']:.1f} |" for r in res["iteration"]]
+    write_lines(RESULTS / "llm_profile.md", lines)
+
+
+if __name__ == "__main__":
+    main()
