@@ -45,6 +45,7 @@ from experiments.readme_tables import (
     paired_cell,
     paper_cell,
     size_verdict,
+    size_of,
 )
 
 EXPERIMENT = "confirmatory_runs"
@@ -330,7 +331,7 @@ def _markdown(s: dict) -> str:
         n += 1
         fresh = r.get("fresh_512")
         lines.append(f"| {name} | {paired_cell(fresh)} | {paper_cell(r)} | "
-                     f"{fresh['size_verdict'] if fresh else ''} | {paired_cell(r.get('held_out_128'))} |")
+                     f"{size_of(fresh, r)} | {paired_cell(r.get('held_out_128'))} |")
     lines += ["", chance_line(n), "", "## The gate's regime: share of records the gate admitted", "",
               "| arm | first iteration | middle | last |", "|---|---|---|---|"]
     for arm, g in s["gated_share"].items():

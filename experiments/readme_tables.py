@@ -181,9 +181,11 @@ CLAIMS = (
 
 
 def size_verdict(mh, paper) -> str:
-    """How far the paper's number (points, or None) is from our interval (mean, half-width in points):
-    "the paper's size" when it lies inside; "opposite" when the interval excludes 0 on the other side
-    of the paper's sign; otherwise "smaller than the paper's" / "larger than the paper's"."""
+    """What our interval (mean, half-width in points) says about the paper's number (points, or None),
+    in words that follow from the interval alone: "cannot tell" when it holds both 0 and the paper's
+    value; "the paper's value inside" when it holds the paper's value and not 0; "the paper's size
+    ruled out, interval below it" / "..., interval above it" when it excludes the paper's value (an
+    equivalence-style statement at this setting, whatever the sign of ours)."""
     if paper is None:
         return "no paper number"
     m, h = mh
@@ -191,10 +193,8 @@ def size_verdict(mh, paper) -> str:
         return "one seed"
     lo, hi = m - h, m + h
     if lo <= paper <= hi:
-        return "the paper's size"
-    if (paper > 0 and hi < 0) or (paper < 0 and lo > 0):
-        return "opposite"
-    return "smaller than the paper's" if abs(hi if paper > 0 else lo) < abs(paper) else "larger than the paper's"
+        return "cannot tell (both 0 and the paper's value inside)" if lo <= 0 <= hi else "the paper's value inside"
+    return f"the paper's size ruled out, interval {'below' if hi < paper else 'above'} it"
 
 
 def chance_line(n: int) -> str:
@@ -219,11 +219,12 @@ def points(mh) -> str:
 
 
 def _verdict(mh) -> str:
-    """Every claim in CLAIMS says arm a is higher than arm b."""
+    """Where the interval of a - b lies against 0 (every claim in CLAIMS says arm a is higher than arm b):
+    "above 0", "below 0" or "not separated from 0"."""
     m, h = mh
     if abs(m) <= h:
-        return "not separated"
-    return "reproduced" if m > 0 else "contradicted"
+        return "not separated from 0"
+    return "above 0" if m > 0 else "below 0"
 
 
 def _claims(name: str, d: dict | None = None) -> str:
@@ -231,7 +232,7 @@ def _claims(name: str, d: dict | None = None) -> str:
     d = _load(f"{name}.json") if d is None else d
     ps = d["per_seed"]
     lines = [f"| claim | paper (source) | ours: held-out success, paired difference (points), 95% t over {d['seeds']} "
-             "seeds | verdict | against the paper's number | training tasks, same | verdict |",
+             "seeds | verdict (exploratory: uncorrected) | against the paper's number | training tasks, same | verdict |",
              "|---|---|---|---|---|---|---|"]
     n = 0
     for claim, paper, value, source, a, b in CLAIMS:
@@ -258,6 +259,11 @@ def paired_cell(t: dict | None) -> str:
             f"{t['seeds_above_0']}/{t['seeds']} seeds > 0)")
 
 
+def size_of(t: dict | None, r: dict) -> str:
+    """``size_verdict`` of a confirmatory paired test ``t`` (points) against its contrast's paper number."""
+    return "" if t is None else size_verdict((t["mean"], t["half_width"]), r["paper"][0])
+
+
 def paper_cell(r: dict) -> str:
     """The paper's number for a confirmatory contrast, with where it comes from."""
     value, source = r["paper"]
@@ -279,7 +285,7 @@ def confirmatory_primary(s: dict | None = None) -> str:
         fresh = r.get("fresh_512")
         holm = f"{p_value(h['holm_p'])} | **{h['decision']}**" if h else "family incomplete | "
         lines.append(f"| {name} | {paired_cell(fresh)} | {holm} | {paper_cell(r)} | "
-                     f"{fresh['size_verdict'] if fresh else ''} | {paired_cell(r.get('held_out_128'))} | "
+                     f"{size_of(fresh, r)} | {paired_cell(r.get('held_out_128'))} | "
                      f"{paired_cell(r.get('train'))} |")
     if not s["family_complete"]:
         lines += ["", "The family is not complete yet (arms or rescoring missing): no decision is made."]
@@ -311,7 +317,7 @@ def _confirmatory_headline(c: dict) -> list[str]:
         lines.append(f"- {label} ({name}): **{points(mh)}** ({t['seeds_above_0']}/{t['seeds']} seeds > 0), "
                      f"{_verdict(mh)}"
                      + (f"; Holm p {p_value(h['holm_p'])}, **{h['decision']}**" if h else "")
-                     + ("" if value is None else f"; the paper {value:+.1f} ({t['size_verdict']})"))
+                     + ("" if value is None else f"; the paper {value:+.1f}: {size_of(t, r)}"))
     return lines
 
 
@@ -321,7 +327,7 @@ def headline() -> str:
     d = _load("e1_recipe.json")
     ps = d["per_seed"]
     lines = [*_confirmatory_headline(_load("confirmatory.json")), "",
-             f"Exploratory, at the main job's recipe (held-out success on its 128 levels never trained on, paired "
+             f"Exploratory (uncorrected intervals), at the main job's recipe (held-out success on its 128 levels never trained on, paired "
              f"differences in points, 95% t over {d['seeds']} seeds; `experiments/results/e1_recipe.json`):", ""]
     n = 0
     for claim, paper, value, source, a, b in CLAIMS:
@@ -330,7 +336,7 @@ def headline() -> str:
         held = _paired(ps[a], ps[b], "held_out_after")
         size = size_verdict((100 * held[0], 100 * held[1]), value)
         lines.append(f"- {claim} ({a} - {b}): **{points(held)}**, {_verdict(held)}"
-                     + ("" if value is None else f"; the paper {value:+.1f} ({size})"))
+                     + ("" if value is None else f"; the paper {value:+.1f}: {size}"))
         n += 1
     return "\n".join(lines + ["", chance_line(n)])
 

@@ -53,11 +53,14 @@ def test_paired_test_is_the_t_interval_and_the_t_test():
 
 
 def test_size_verdicts():
-    assert size_verdict((6.2, 2.1), 13.4) == "smaller than the paper's"
-    assert size_verdict((6.2, 2.1), 7.0) == "the paper's size"
-    assert size_verdict((-4.0, 2.0), 7.4) == "opposite"
-    assert size_verdict((-1.0, 2.0), 7.4) == "smaller than the paper's"  # includes 0: not opposite
-    assert size_verdict((7.0, 2.4), 3.9) == "larger than the paper's"
+    # words that follow from the interval alone (docs/results.md, How to read a table)
+    assert size_verdict((6.2, 2.1), 13.4) == "the paper's size ruled out, interval below it"
+    assert size_verdict((6.2, 2.1), 7.0) == "the paper's value inside"
+    assert size_verdict((2.0, 3.1), 4.2) == "cannot tell (both 0 and the paper's value inside)"
+    assert size_verdict((-4.0, 2.0), 7.4) == "the paper's size ruled out, interval below it"
+    assert size_verdict((-1.0, 2.0), 7.4) == "the paper's size ruled out, interval below it"
+    assert size_verdict((7.0, 2.4), 3.9) == "the paper's size ruled out, interval above it"
+    assert size_verdict((1.0, float("nan")), 3.9) == "one seed"
     assert size_verdict((1.0, 3.2), None) == "no paper number"
 
 
