@@ -10,7 +10,8 @@ the worked example turn on or off; admissible commands one per line or comma-sep
 share of replies that name no admissible command, and the share that win at once.
 
 Part ``iteration``: the ``llm_textworld`` recipe's iteration (2 games x 4 episodes x at most 4
-turns) with each choice of trained parameters (top 2 blocks; LoRA rank 8 on q and v of all 30
+turns) with each choice of trained parameters (top 2 blocks, the update starting from the frozen
+blocks' output the rollout recorded, or running them again; LoRA rank 8 on q and v of all 30
 blocks; every parameter) and with the reply cut to 12 tokens: seconds of the first iteration
 (compiles included) and the second, split into decoding the replies, stepping the games and the
 rest (advantages and the update), and the peak resident memory of the process so far.
@@ -33,18 +34,19 @@ from bepo_jax.agent.train.recipes import recipe
 from .common import RESULTS, command, machine, parser, write_json, write_lines
 
 NAME = "profile_llm"
-VARIANTS = {  # name -> RunConfig overrides of the recipe
+VARIANTS = {  # name -> RunConfig overrides of the recipe (and "_reuse_frozen", the LLMSetup flag)
     "top 2 blocks (recipe)": {},
+    "top 2 blocks, the frozen 28 run again in the update": {"_reuse_frozen": False},
     "LoRA r8 q,v (30 blocks)": {"train_layers": 0, "lora_rank": 8, "grad_accum": 4},
     "every parameter": {"train_layers": 0, "grad_accum": 4},
     "top 2 blocks, replies <= 12 tokens": {"max_reply": 12},
 }
 
 
-def _setup(cfg):
+def _setup(cfg, reuse_frozen: bool = True):
     from bepo_jax.agent.train.llm_setup import LLMSetup
 
-    return LLMSetup(cfg, cache_dir=RESULTS.parent.parent / "runs" / ".textworld_games")
+    return LLMSetup(cfg, cache_dir=RESULTS.parent.parent / "runs" / ".textworld_games", reuse_frozen=reuse_frozen)
 
 
 def probe_prompts(games: int = 4, samples: int = 8) -> list[dict]:
@@ -74,7 +76,9 @@ def probe_prompts(games: int = 4, samples: int = 8) -> list[dict]:
 def profile_iterations() -> list[dict]:
     rows = []
     for name, over in VARIANTS.items():
-        setup = _setup(recipe("llm_textworld").replace(**over))
+        over = dict(over)
+        reuse = over.pop("_reuse_frozen", True)
+        setup = _setup(recipe("llm_textworld").replace(**over), reuse)
         state = setup.init_state()
         its = []
         for it in (1, 2):
@@ -82,7 +86,7 @@ def profile_iterations() -> list[dict]:
             state, m = setup.iterate(state, it)
             its.append({"seconds": time.perf_counter() - t0, "decode_s": m["rollout/decode_s"],
                         "env_s": m["rollout/env_s"], "update_s": m["update_s"], "turns": m["env_steps"]})
-        rows.append({"variant": name, "overrides": over, "first": its[0], "second": its[1],
+        rows.append({"variant": name, "overrides": over, "reuse_frozen": reuse, "first": its[0], "second": its[1],
                      "trained_parameters": int(sum(x.size for x in jax.tree_util.tree_leaves(state.params))),
                      "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20})
         print(rows[-1], flush=True)

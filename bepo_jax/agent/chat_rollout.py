@@ -28,7 +28,9 @@ States for the estimators: the observation text, hashed (``hash_observations``);
 ``state_with_commands`` the admissible commands too (as verl-agent's ALFWorld anchor).
 The turn sequences are re-padded on the left to the longest prompt of the iteration:
 ``Rollout.tokens`` [B, K, T, P + R], the reply tokens (through the end-of-turn token) in
-``response_mask`` — the loss covers exactly them.
+``response_mask`` — the loss covers exactly them. When the model records its frozen blocks'
+output (``LlamaLM.capture_layer``: training the top N blocks), ``Rollout.hidden`` holds it at
+every position, and the update runs only the blocks above (the lower ones ran once, here).
 """
 
 from __future__ import annotations
@@ -181,6 +183,8 @@ class ChatRollout:
         self.episodes: list[list[dict]] = []
         self.timing = {"decode_s": 0.0, "env_s": 0.0}
         self.compiles = 0
+        # the model records its frozen blocks' output for the update (``LlamaLM.capture_layer``)
+        self.capture = getattr(pretrained.model, "capture_layer", None) is not None
         self._sample = jax.jit(self._sample_fn, static_argnames=("constrained",))
 
     def _sample_fn(self, params, frozen, prompts, masks, key, table, table_valid, *, constrained: bool):
@@ -189,7 +193,8 @@ class ChatRollout:
         return sample_responses(model, prompts, masks, key, max_response=self.config.max_reply,
                                 temperature=self.config.temperature, table=table if constrained else None,
                                 table_valid=table_valid if constrained else None, decode="cached",
-                                stop_ids=self.stop, pad_id=self.pad, logp_temperature=self.config.temperature)
+                                stop_ids=self.stop, pad_id=self.pad, logp_temperature=self.config.temperature,
+                                return_hidden=self.capture)
 
     # -- prompts ----------------------------------------------------------------------------
     def prompt_ids(self, objective: str, turns: list, observation: str, commands: Sequence[str]) -> list[int]:
@@ -263,7 +268,7 @@ class ChatRollout:
             table, table_valid = self._table(cmds)
             key, sub = jax.random.split(key)
             t1 = time.perf_counter()
-            seq, _, resp, logp = jax.device_get(self._sample(
+            seq, _, resp, logp, *hidden = jax.device_get(self._sample(
                 params, frozen, prompts, masks, sub, table, table_valid, constrained=cfg.constrained))
             decode_s += time.perf_counter() - t1
             reply_tok, reply_mask, reply_logp = seq[:, P:], resp[:, P:], logp[:, P:]
@@ -291,7 +296,7 @@ class ChatRollout:
             valid[:, t] = live
             action_out[:, t] = np.where(live, [e[-1]["action"] if e else -1 for e in episodes], -1)
             turns.append((rows, np.where(live[:, None], reply_tok, self.pad), reply_mask & live[:, None],
-                          np.where(live[:, None] & reply_mask, reply_logp, 0.0)))
+                          np.where(live[:, None] & reply_mask, reply_logp, 0.0), hidden[0] if hidden else None))
             if done.all():
                 break
         self.episodes, self.timing = episodes, {"decode_s": decode_s, "env_s": env_s}
@@ -306,13 +311,19 @@ class ChatRollout:
         mask = np.zeros((N, T, L), bool)
         resp = np.zeros((N, T, L), bool)
         logp = np.zeros((N, T, L), np.float32)
-        for t, (rows, rtok, rmask, rlogp) in enumerate(turns):
+        hidden = None
+        for t, (rows, rtok, rmask, rlogp, hid) in enumerate(turns):
             live = valid[:, t]
             ids, pm = self._pad_left(rows, P)
             tokens[:, t, :P], mask[:, t, :P] = ids, pm & live[:, None]
             tokens[:, t, P:], mask[:, t, P:] = rtok, rmask
             resp[:, t, P:], logp[:, t, P:] = rmask, rlogp
+            if hid is not None:  # this turn's bucket P_t <= P: shift right by P - P_t (left padding)
+                if hidden is None:
+                    hidden = np.zeros((N, T, L, hid.shape[-1]), hid.dtype)
+                hidden[:, t, L - hid.shape[1]:] = hid
         keys = hash_observations(raw.reshape(-1).tolist()).reshape(N, T, 2)
         shape = lambda x: jnp.asarray(x.reshape((B, K) + x.shape[1:]))
         return finish_rollout(shape(keys), shape(reward), shape(penalty), shape(valid), shape(tokens), shape(mask),
-                              shape(resp), shape(logp), shape(action_out), shape(success), shape(ended))
+                              shape(resp), shape(logp), shape(action_out), shape(success), shape(ended),
+                              None if hidden is None else shape(hidden))

@@ -82,6 +82,7 @@ class Rollout(NamedTuple):
     old_logp: Float[Array, "B K T L"]         # log pi(token) at sampling time, temperature 1
     actions: Int[Array, "B K T"]              # parsed action, -1 = invalid
     success: Bool[Array, "B K"]
+    hidden: Optional[Float[Array, "B K T L W"]] = None  # the frozen blocks' output (chat rollouts, top-N training)
 
 
 def build_prompt(task: Int[Array, "Q"], task_mask: Bool[Array, "Q"], hist_obs: Int[Array, "h S"],
@@ -133,7 +134,7 @@ def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool
                      max_response: int, temperature: float, table: Optional[Int[Array, "N A W1"]] = None,
                      table_valid: Optional[Bool[Array, "N A"]] = None, forced: Optional[list[bool]] = None,
                      decode: str = "auto", stop_ids: tuple[int, ...] = (EOS,), pad_id: int = PAD,
-                     logp_temperature: float = 1.0):
+                     logp_temperature: float = 1.0, return_hidden: bool = False):
     """Autoregressive sampling of ``max_response`` tokens for N prompts. With ``table``
     (each row's words + EOS) only those words can be sampled (constrained decoding);
     ``forced[r]`` (from ``forced_positions`` of a fixed table) marks positions whose token
@@ -152,7 +153,10 @@ def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool
     model's end-of-turn ids; a word table ends its words with the first); ``pad_id`` fills the
     positions after it. ``logp_temperature``: the log-probs are recorded from softmax(logits /
     logp_temperature) (1: the policy itself; the sampling temperature when the update scores at it,
-    ``TrainConfig.temperature``)."""
+    ``TrainConfig.temperature``). ``return_hidden``: also return the input of the model's block
+    ``capture_layer`` at every position [N, L, W] (``LlamaLM``; what the update starts from when
+    the blocks below it are frozen; the last position, which predicts nothing, is 0 on the cached
+    path)."""
     if decode not in DECODES:
         raise ValueError(f"sample_responses: decode={decode!r}; use one of {DECODES}.")
     cached = supports_decode(model) if decode == "auto" else decode == "cached"
@@ -162,11 +166,11 @@ def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool
     fn = _sample_cached if cached else _sample_full
     return fn(model, prompts, pmasks, key, max_response=max_response, temperature=temperature, table=table,
               table_valid=table_valid, forced=forced, stop=jnp.asarray(stop_ids, jnp.int32), pad=pad_id,
-              logp_temperature=logp_temperature)
+              logp_temperature=logp_temperature, return_hidden=return_hidden)
 
 
 def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, table, table_valid, forced, stop, pad,
-                   logp_temperature):
+                   logp_temperature, return_hidden):
     N, P = prompts.shape
     R = max_response
     logits, cache = model.prefill(prompts, pmasks, P + R)
@@ -199,7 +203,7 @@ def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, ta
         return (logits, cache, alive & ~jnp.isin(tok, stop), word_alive, key), (tok, alive, logp)
 
     alive = jnp.ones((N,), bool)
-    (logits, _, alive_last, word_alive, key), (toks, alives, logps) = jax.lax.scan(
+    (logits, cache, alive_last, word_alive, key), (toks, alives, logps) = jax.lax.scan(
         body, (logits, cache, alive, word_alive, key), jnp.arange(R - 1))
     tok, logp, _, _ = pick(logits, R - 1, alive_last, word_alive, key)  # the last token needs no decode step
     toks = jnp.concatenate([toks.T, tok[:, None]], axis=1)
@@ -209,11 +213,13 @@ def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, ta
     msk = jnp.concatenate([pmasks, alives], axis=1)
     resp = jnp.concatenate([jnp.zeros_like(pmasks), alives], axis=1)
     logp = jnp.concatenate([jnp.zeros((N, P), jnp.float32), logps], axis=1)
+    if return_hidden:
+        return seq, msk, resp, jnp.where(resp, logp, 0.0), cache.hidden
     return seq, msk, resp, jnp.where(resp, logp, 0.0)
 
 
 def _sample_full(model, prompts, pmasks, key, *, max_response, temperature, table, table_valid, forced, stop, pad,
-                 logp_temperature):
+                 logp_temperature, return_hidden):
     N, P = prompts.shape
     R = max_response
     L = P + R
@@ -250,6 +256,8 @@ def _sample_full(model, prompts, pmasks, key, *, max_response, temperature, tabl
         alive = alive & ~jnp.isin(tok, stop)
     logp, _ = token_logprobs(model(seq, msk) / logp_temperature, seq)
     resp = msk & (jnp.arange(L) >= P)[None]
+    if return_hidden:
+        return seq, msk, resp, jnp.where(resp, logp, 0.0), model.hidden_states(seq, msk)
     return seq, msk, resp, jnp.where(resp, logp, 0.0)
 
 
@@ -409,10 +417,11 @@ def make_replay(env: JaxEnv, config: RolloutConfig = RolloutConfig()):
     return replay
 
 
-def finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action, success, terminal) -> Rollout:
+def finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action, success, terminal,
+                   hidden=None) -> Rollout:
     """Outcomes and the Rollout tuple (shared with the host loop): SUCCESS if the episode
     succeeded, FAILURE if the environment ended it otherwise (even on the last allowed
     step), TRUNCATED if only the time limit ended it."""
     outcome = outcome_codes(success, terminal)
     batch = StepBatch(obs_key=key_obs, reward=reward, mask=valid, outcome=outcome, penalty=penalty)
-    return Rollout(batch, seq, msk, resp, logp, action, success)
+    return Rollout(batch, seq, msk, resp, logp, action, success, hidden)

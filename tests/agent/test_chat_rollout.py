@@ -158,3 +158,28 @@ def test_top_layers_train_only_the_top_blocks_and_the_final_norm(tiny_chat_dir):
     assert tops == {("layers", 1), ("norm", "scale")}
     with pytest.raises(ValueError, match="top_layers=3"):
         trainable(pre.model, top_layers=3)
+
+
+def test_the_frozen_blocks_output_recorded_in_decoding_is_the_forwards(tiny_chat_dir):
+    # training the top block: the rollout records block 1's input at every position, and the update's
+    # log-probs from it equal the recorded ones (ratio 1) and the full forward's
+    pre = load_pretrained(tiny_chat_dir)
+    pre.model.capture_layer = 1
+    tr = Trainer(pre.model, TrainConfig(temperature=TEMPERATURE), trainable=trainable(pre.model, top_layers=1))
+    _, ro, out, _ = _run(pre, trainer=tr, seed=3)
+    tokens, mask, resp, old = map(_flat, (out.tokens, out.mask, out.response_mask, out.old_logp))
+    hidden = np.asarray(out.hidden).reshape(tokens.shape + (-1,))
+    full = np.asarray(pre.model.hidden_states(jnp.asarray(tokens), jnp.asarray(mask)))
+    real = mask.copy()
+    real[:, -1] = False  # the last position predicts nothing; the decode path never runs it
+    np.testing.assert_allclose(hidden[real], full[real], atol=2e-5)
+    P = tokens.shape[1] - ro.config.max_reply
+    logits = pre.model.score_hidden(jnp.asarray(hidden), jnp.asarray(mask), P - 1) / TEMPERATURE
+    logp, _ = token_logprobs(logits, jnp.asarray(tokens), P - 1)
+    np.testing.assert_allclose(np.asarray(logp)[resp], old[resp], atol=2e-5)
+    upd = Trainer(pre.model, TrainConfig(temperature=TEMPERATURE, score_from=P - 1),
+                  trainable=trainable(pre.model, top_layers=1))
+    _, m = upd.step(tr.init_state(), UpdateBatch(jnp.asarray(tokens), jnp.asarray(mask), jnp.asarray(resp),
+                                                 jnp.asarray(old), jnp.asarray(np.where(resp, 1.0, 0.0)),
+                                                 hidden=jnp.asarray(hidden)))
+    assert abs(float(m["approx_kl"])) < 1e-6 and float(m["clip_frac"]) == 0.0 and float(m["grad_norm"]) > 0

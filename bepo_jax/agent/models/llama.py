@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -209,18 +209,26 @@ class LlamaBlock(nnx.Module):
 
 class LlamaCache(NamedTuple):
     """Per-layer keys and values [N, S, kv_heads, head_dim], the visible slots (real tokens
-    written so far) [N, S] and each row's next RoPE position (its real tokens so far) [N]."""
+    written so far) [N, S] and each row's next RoPE position (its real tokens so far) [N];
+    ``hidden`` [N, S, hidden]: the input of block ``LlamaLM.capture_layer`` at every slot written
+    (None unless the model captures it)."""
 
     k: tuple
     v: tuple
     valid: Bool[Array, "N S"]
     position: Int[Array, "N"]
+    hidden: Optional[Float[Array, "N S W"]] = None
 
 
 class LlamaLM(nnx.Module):
     """``LlamaLM(cfg, rngs=nnx.Rngs(0))(tokens, mask) -> logits`` float32 [N, L, vocab]
     (models.interface), with ``prefill`` / ``decode_step`` over a ``LlamaCache`` and ``score``.
     Random parameters here; a checkpoint's come from ``models.load_pretrained``."""
+
+    # The block whose input the decode path records in its cache (``LlamaCache.hidden``) and
+    # ``score_hidden`` starts from: set it when the blocks below it are frozen (training the top
+    # N blocks), so the update reuses what the rollout computed instead of running them again.
+    capture_layer: Optional[int] = None
 
     def __init__(self, cfg: LlamaConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -242,22 +250,43 @@ class LlamaLM(nnx.Module):
             return h @ self.embed.embedding[...].astype(jnp.float32).T
         return self.lm_head(h.astype(self.cfg.jnp_dtype)).astype(jnp.float32)
 
-    def _forward(self, tokens, mask, start: int = 0):
-        N, L = tokens.shape
-        self._check(L)
+    def _forward(self, tokens, mask, start: int = 0, *, hidden=None, first: int = 0):
+        """Logits from position ``start``, every block's keys and values, and the input of block
+        ``capture_layer`` (None when unset). ``hidden``: the input of block ``first`` (instead of
+        embedding ``tokens`` and running the blocks below it)."""
         mask = mask.astype(bool)
+        N, L = mask.shape
+        self._check(L)
         positions = jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
         rope = rope_tables(positions, rope_frequencies(self.cfg))
         bias = key_bias(mask)
-        h = self.embed(tokens)
-        kv = []
+        h = self.embed(tokens) if hidden is None else hidden.astype(self.cfg.jnp_dtype)
+        kv, captured = [], None
         for i, blk in enumerate(self.layers):
+            if i < first:
+                continue
+            if i == self.capture_layer:
+                captured = h
             h, layer_kv = blk(h, rope, bias, start if i == len(self.layers) - 1 else 0)
             kv.append(layer_kv)
-        return self._head(h), kv
+        return self._head(h), kv, captured
 
     def __call__(self, tokens: Int[Array, "N L"], mask: Bool[Array, "N L"]) -> Float[Array, "N L V"]:
         return self._forward(tokens, mask)[0]
+
+    def hidden_states(self, tokens: Int[Array, "N L"], mask: Bool[Array, "N L"]) -> Float[Array, "N L W"]:
+        """The input of block ``capture_layer`` at every position (the full forward's)."""
+        if self.capture_layer is None:
+            raise ValueError("LlamaLM.hidden_states: set capture_layer (the first block to run again) first.")
+        return self._forward(tokens, mask)[2]
+
+    def score_hidden(self, hidden: Float[Array, "N L W"], mask: Bool[Array, "N L"], start: int
+                     ) -> Float[Array, "N L-start V"]:
+        """``self.score(tokens, mask, start)`` from the input of block ``capture_layer`` (``hidden``,
+        e.g. what the decode path recorded): only the blocks from there run."""
+        if self.capture_layer is None:
+            raise ValueError("LlamaLM.score_hidden: set capture_layer (the first block to run again) first.")
+        return self._forward(None, mask, start, hidden=hidden, first=self.capture_layer)[0]
 
     def score(self, tokens: Int[Array, "N L"], mask: Bool[Array, "N L"], start: int) -> Float[Array, "N L-start V"]:
         """``self(tokens, mask)[:, start:]`` (``start`` static): the last layer's queries, MLP
@@ -269,11 +298,12 @@ class LlamaLM(nnx.Module):
         """Run the prompt once: the next token's logits [N, V] and a cache of ``length`` slots."""
         N, P = tokens.shape
         self._check(length)
-        logits, kv = self._forward(tokens, mask)
-        pad = lambda x: jnp.pad(x, ((0, 0), (0, length - P), (0, 0), (0, 0)))
+        logits, kv, captured = self._forward(tokens, mask)
+        pad = lambda x: jnp.pad(x, ((0, 0), (0, length - P)) + ((0, 0),) * (x.ndim - 2))
         cache = LlamaCache(k=tuple(pad(k) for k, _ in kv), v=tuple(pad(v) for _, v in kv),
                            valid=jnp.pad(mask.astype(bool), ((0, 0), (0, length - P))),
-                           position=jnp.sum(mask.astype(jnp.int32), axis=-1))
+                           position=jnp.sum(mask.astype(jnp.int32), axis=-1),
+                           hidden=None if captured is None else pad(captured))
         return logits[:, -1], cache
 
     def decode_step(self, token: Int[Array, "N"], pos, valid: Bool[Array, "N"], cache: LlamaCache
@@ -285,10 +315,13 @@ class LlamaLM(nnx.Module):
         bias = key_bias(vis & (jnp.arange(S) <= pos)[None])
         rope = rope_tables(cache.position[:, None], rope_frequencies(self.cfg))
         h = self.embed(token[:, None])
-        ks, vs = [], []
-        for blk, ck, cv in zip(self.layers, cache.k, cache.v):
+        ks, vs, hidden = [], [], cache.hidden
+        for i, (blk, ck, cv) in enumerate(zip(self.layers, cache.k, cache.v)):
+            if i == self.capture_layer and hidden is not None:
+                hidden = jax.lax.dynamic_update_slice_in_dim(hidden, h.astype(hidden.dtype), pos, axis=1)
             h, ck, cv = blk.step(h, pos, rope, ck, cv, bias)
             ks.append(ck)
             vs.append(cv)
-        new = LlamaCache(k=tuple(ks), v=tuple(vs), valid=vis, position=cache.position + valid.astype(jnp.int32))
+        new = LlamaCache(k=tuple(ks), v=tuple(vs), valid=vis, position=cache.position + valid.astype(jnp.int32),
+                         hidden=hidden)
         return self._head(h)[:, 0], new

@@ -98,7 +98,9 @@ class UpdateBatch(NamedTuple):
 
     tokens int32 [N, L]; mask bool [N, L] (real tokens); response_mask bool [N, L] (the
     policy's tokens, which the loss covers); old_logp, advantage float32 [N, L]
-    (``to_token_advantages``); ref_logp float32 [N, L] or None (KL reference)."""
+    (``to_token_advantages``); ref_logp float32 [N, L] or None (KL reference); hidden [N, L, W] or
+    None: the input of the model's block ``capture_layer`` (its frozen blocks' output, recorded by
+    the rollout), from which the loss runs only the blocks above (``LlamaLM.score_hidden``)."""
 
     tokens: Int[Array, "N L"]
     mask: Bool[Array, "N L"]
@@ -106,6 +108,7 @@ class UpdateBatch(NamedTuple):
     old_logp: Float[Array, "N L"]
     advantage: Float[Array, "N L"]
     ref_logp: Optional[Float[Array, "N L"]] = None
+    hidden: Optional[Float[Array, "N L W"]] = None
 
 
 class TrainState(NamedTuple):
@@ -204,7 +207,8 @@ class Trainer:
     def _loss(self, params, mb: UpdateBatch):
         model = nnx.merge(self.graphdef, params, self.rest)
         start = self.config.score_from
-        logits = score_logits(model, mb.tokens, mb.mask, start)
+        logits = (score_logits(model, mb.tokens, mb.mask, start) if mb.hidden is None
+                  else model.score_hidden(mb.hidden, mb.mask, start))
         if self.config.temperature != 1.0:
             logits = logits / self.config.temperature
         logp, ent = token_logprobs(logits, mb.tokens, start)

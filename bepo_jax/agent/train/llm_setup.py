@@ -68,7 +68,9 @@ class LLMSetup(Setup):
     """``Setup`` for a pretrained policy: the model (with adapters when ``lora_rank``), the
     trainer of the chosen parameters, the chat rollout, and the iteration."""
 
-    def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None):
+    def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None, reuse_frozen: bool = True):
+        """``reuse_frozen`` (training the top N blocks): the update starts from the frozen blocks'
+        output the rollout recorded (True) or runs them again (False: the benchmarks' baseline)."""
         self.cfg = cfg
         self.host = True
         self.env = (make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET) if is_host_env(cfg.env)
@@ -83,6 +85,8 @@ class LLMSetup(Setup):
             add_lora(self.model, LoRAConfig(rank=cfg.lora_rank, alpha=cfg.lora_alpha,
                                             targets=tuple(cfg.lora_targets.split(",")), seed=cfg.seed))
         self._trainable = trainable(self.model, lora=bool(cfg.lora_rank), top_layers=cfg.train_layers)
+        if cfg.train_layers and reuse_frozen:  # the blocks below are frozen: the rollout records their output
+            self.model.capture_layer = len(self.model.layers) - cfg.train_layers
         self.rollout_cfg = ChatRolloutConfig(group_size=cfg.group_size, prompt_history=cfg.prompt_history,
                                              temperature=cfg.temperature, max_reply=cfg.max_reply,
                                              invalid_penalty=cfg.invalid_penalty, action_format=cfg.action_format,
@@ -121,7 +125,11 @@ class LLMSetup(Setup):
         start = L - self.rollout_cfg.max_reply - 1
         model = self.trainer.model(TrainState(self._reference, None, None, None))
         flat = lambda x: x.reshape(-1, L)
-        logits = score_logits(model, flat(ro.tokens), flat(ro.mask), start) / self.cfg.temperature
+        if ro.hidden is None:
+            logits = score_logits(model, flat(ro.tokens), flat(ro.mask), start)
+        else:
+            logits = model.score_hidden(ro.hidden.reshape((-1, L) + ro.hidden.shape[-1:]), flat(ro.mask), start)
+        logits = logits / self.cfg.temperature
         logp, _ = token_logprobs(logits, flat(ro.tokens), start)
         return jax.lax.stop_gradient(jnp.where(flat(ro.response_mask), logp, 0.0)).reshape(ro.tokens.shape)
 

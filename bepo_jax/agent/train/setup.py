@@ -106,8 +106,10 @@ class Setup:
         adv = to_token_advantages(out.advantage, ro.response_mask)
         L = ro.tokens.shape[-1]
         flat = lambda x: None if x is None else x.reshape(-1, L)
+        hidden = None if ro.hidden is None else ro.hidden.reshape((-1, L) + ro.hidden.shape[-1:])
         state, m = (trainer or self.trainer).update_fn(state, UpdateBatch(
-            flat(ro.tokens), flat(ro.mask), flat(ro.response_mask), flat(ro.old_logp), flat(adv), flat(ref_logp)))
+            flat(ro.tokens), flat(ro.mask), flat(ro.response_mask), flat(ro.old_logp), flat(adv), flat(ref_logp),
+            hidden))
         valid = ro.batch.mask
         m = dict(m)
         m["success_rate"] = jnp.mean(ro.success.astype(jnp.float32))
