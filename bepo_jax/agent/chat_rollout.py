@@ -20,9 +20,12 @@ unconstrained policy at the sampling temperature in every case, which is what th
 evaluates (``TrainConfig.temperature`` set to the same value).
 
 All B x K episodes of an iteration decode together (``rollout.sample_responses`` over the
-model's KV cache), left-padded to a multiple of ``bucket`` tokens, so the compiled programs
-are one per prompt bucket (``ChatRollout.compiles`` counts them). A finished episode's row
-keeps decoding (fixed shapes) and its output is dropped.
+model's KV cache), left-padded to a multiple of ``bucket`` tokens. Each distinct prompt of a turn
+is prefilled once (the K episodes of a game share their first turn's prompt; finished episodes
+are left out) and its cache copied to its rows; the distinct prompts are padded to a power of
+two, so the compiled programs are one per (prompt bucket, power of two) met
+(``ChatRollout.compiles`` counts them). A finished episode's row keeps decoding (fixed shapes)
+and its output is dropped.
 
 States for the estimators: the observation text, hashed (``hash_observations``); with
 ``state_with_commands`` the admissible commands too (as verl-agent's ALFWorld anchor).
@@ -187,14 +190,14 @@ class ChatRollout:
         self.capture = getattr(pretrained.model, "capture_layer", None) is not None
         self._sample = jax.jit(self._sample_fn, static_argnames=("constrained",))
 
-    def _sample_fn(self, params, frozen, prompts, masks, key, table, table_valid, *, constrained: bool):
+    def _sample_fn(self, params, frozen, prompts, masks, key, table, table_valid, expand, *, constrained: bool):
         self.compiles += 1  # runs only while tracing
         model = nnx.merge(self.graphdef, params, frozen)
         return sample_responses(model, prompts, masks, key, max_response=self.config.max_reply,
                                 temperature=self.config.temperature, table=table if constrained else None,
                                 table_valid=table_valid if constrained else None, decode="cached",
                                 stop_ids=self.stop, pad_id=self.pad, logp_temperature=self.config.temperature,
-                                return_hidden=self.capture)
+                                return_hidden=self.capture, expand=expand)
 
     # -- prompts ----------------------------------------------------------------------------
     def prompt_ids(self, objective: str, turns: list, observation: str, commands: Sequence[str]) -> list[int]:
@@ -219,6 +222,19 @@ class ChatRollout:
             ids[i, width - len(r):] = r
             mask[i, width - len(r):] = True
         return ids, mask
+
+    def _distinct(self, rows: list[list[int]], live: np.ndarray, width: int):
+        """The distinct prompts of the live rows (the K episodes of a game share their first prompt),
+        padded with copies to a power of two (bounded compiles), and each row's index among them
+        (a finished row points at the first: its reply is dropped)."""
+        index: dict[tuple, int] = {}
+        expand = np.zeros(len(rows), np.int32)
+        for i in np.flatnonzero(live):
+            expand[i] = index.setdefault(tuple(rows[i]), len(index))
+        distinct = [list(r) for r in index] or [rows[0]]
+        U = 1 << (len(distinct) - 1).bit_length()
+        ids, mask = self._pad_left(distinct + [distinct[0]] * (U - len(distinct)), width)
+        return ids, mask, expand
 
     def _table(self, commands: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
         """Constrained decoding: each row's replies that name a command, as token ids then end-of-turn."""
@@ -264,12 +280,12 @@ class ChatRollout:
         for t in range(T):
             rows = [self.prompt_ids(objective[i], history[i], obs[i], cmds[i]) for i in range(N)]
             P = self._bucket(max(len(r) for r in rows))
-            prompts, masks = self._pad_left(rows, P)
+            prompts, masks, expand = self._distinct(rows, ~done, P)
             table, table_valid = self._table(cmds)
             key, sub = jax.random.split(key)
             t1 = time.perf_counter()
             seq, _, resp, logp, *hidden = jax.device_get(self._sample(
-                params, frozen, prompts, masks, sub, table, table_valid, constrained=cfg.constrained))
+                params, frozen, prompts, masks, sub, table, table_valid, expand, constrained=cfg.constrained))
             decode_s += time.perf_counter() - t1
             reply_tok, reply_mask, reply_logp = seq[:, P:], resp[:, P:], logp[:, P:]
             live = ~done

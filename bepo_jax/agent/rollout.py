@@ -134,7 +134,8 @@ def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool
                      max_response: int, temperature: float, table: Optional[Int[Array, "N A W1"]] = None,
                      table_valid: Optional[Bool[Array, "N A"]] = None, forced: Optional[list[bool]] = None,
                      decode: str = "auto", stop_ids: tuple[int, ...] = (EOS,), pad_id: int = PAD,
-                     logp_temperature: float = 1.0, return_hidden: bool = False):
+                     logp_temperature: float = 1.0, return_hidden: bool = False,
+                     expand: Optional[Int[Array, "N"]] = None):
     """Autoregressive sampling of ``max_response`` tokens for N prompts. With ``table``
     (each row's words + EOS) only those words can be sampled (constrained decoding);
     ``forced[r]`` (from ``forced_positions`` of a fixed table) marks positions whose token
@@ -156,24 +157,32 @@ def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool
     ``TrainConfig.temperature``). ``return_hidden``: also return the input of the model's block
     ``capture_layer`` at every position [N, L, W] (``LlamaLM``; what the update starts from when
     the blocks below it are frozen; the last position, which predicts nothing, is 0 on the cached
-    path)."""
+    path). ``expand`` (cached decoding): ``prompts`` are U distinct prompts and row n of the N
+    responses continues prompt ``expand[n]`` — the prompts are prefilled once each and the cache
+    (every leaf batch-first) is gathered to the N rows."""
     if decode not in DECODES:
         raise ValueError(f"sample_responses: decode={decode!r}; use one of {DECODES}.")
     cached = supports_decode(model) if decode == "auto" else decode == "cached"
     if cached and not supports_decode(model):
         raise ValueError(f"decode='cached' needs a model with prefill() and decode_step() (models.interface); "
                          f"{type(model).__name__} has none: use decode='full' or 'auto'.")
+    if expand is not None and not cached:
+        prompts, pmasks, expand = prompts[expand], pmasks[expand], None
     fn = _sample_cached if cached else _sample_full
+    extra = {"expand": expand} if cached else {}
     return fn(model, prompts, pmasks, key, max_response=max_response, temperature=temperature, table=table,
               table_valid=table_valid, forced=forced, stop=jnp.asarray(stop_ids, jnp.int32), pad=pad_id,
-              logp_temperature=logp_temperature, return_hidden=return_hidden)
+              logp_temperature=logp_temperature, return_hidden=return_hidden, **extra)
 
 
 def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, table, table_valid, forced, stop, pad,
-                   logp_temperature, return_hidden):
-    N, P = prompts.shape
+                   logp_temperature, return_hidden, expand=None):
     R = max_response
-    logits, cache = model.prefill(prompts, pmasks, P + R)
+    logits, cache = model.prefill(prompts, pmasks, prompts.shape[1] + R)
+    if expand is not None:  # one prefill per distinct prompt, then each row's copy of its cache
+        logits, cache = jax.tree_util.tree_map(lambda x: x[expand], (logits, cache))
+        prompts, pmasks = prompts[expand], pmasks[expand]
+    N, P = prompts.shape
     forced_r = None
     if forced is not None:
         forced_r = jnp.asarray([forced[min(r, len(forced) - 1)] for r in range(R)])

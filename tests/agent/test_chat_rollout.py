@@ -183,3 +183,14 @@ def test_the_frozen_blocks_output_recorded_in_decoding_is_the_forwards(tiny_chat
                                                  jnp.asarray(old), jnp.asarray(np.where(resp, 1.0, 0.0)),
                                                  hidden=jnp.asarray(hidden)))
     assert abs(float(m["approx_kl"])) < 1e-6 and float(m["clip_frac"]) == 0.0 and float(m["grad_norm"]) > 0
+
+
+def test_each_distinct_prompt_is_prefilled_once(pre):
+    tr = Trainer(pre.model, TrainConfig())
+    ro = ChatRollout(pre, tr.graphdef, tr.rest, Corridor, ChatRolloutConfig(group_size=2), max_steps=1)
+    rows = [[5, 6, 7], [5, 6, 7], [8, 9], [5, 6, 7], [10]]
+    ids, mask, expand = ro._distinct(rows, np.array([True, True, True, True, False]), 4)
+    assert expand.tolist() == [0, 0, 1, 0, 0]  # the finished row points at the first prompt
+    assert ids.shape == (2, 4) and ids[0, 1:].tolist() == [5, 6, 7] and mask[1].tolist() == [False, False, True, True]
+    ids, _, expand = ro._distinct([[1], [2], [3]], np.ones(3, bool), 2)
+    assert ids.shape[0] == 4 and expand.tolist() == [0, 1, 2]  # three distinct prompts pad to four
