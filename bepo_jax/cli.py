@@ -77,6 +77,8 @@ def _train(args: argparse.Namespace) -> int:
 
     for label, i, f in (("training tasks", res["initial_train"], res["final_train"]),
                         ("held-out tasks", res["initial"], res["final"])):
+        if not i or not f:  # not evaluated (--no-eval-train)
+            continue
         d, h = paired_change(i, f)
         print(f"success rate on {f['tasks']} {label}: {i['success_rate']:.3f} -> {f['success_rate']:.3f} after "
               f"{res['iterations']} iterations; paired change {d:+.3f} +- {h:.3f} (95% CI)")

@@ -87,3 +87,23 @@ def test_a_chat_model_plays_sokoban_rendered_as_text(tiny_chat_dir):
         setup.rollout.envs[0].objective, [], episodes[0][0]["observation"], ["up"]))
     assert "Push every box onto a target" in prompt
     assert jax.tree_util.tree_leaves(state.params)
+
+
+def test_held_out_games_differ_in_content_from_the_training_games(tmp_path):
+    import shutil
+
+    from bepo_jax.agent.envs.textworld_env import TextWorldRun, disjoint_games, game_signature, generate_games
+
+    run = TextWorldRun(RunConfig(env="textworld", task_pool=2), tmp_path, eval_seed_offset=1000)
+    # the first held-out seed's game replaced by a copy of a training game (a collision of content): skipped
+    first_held = generate_games(1, tmp_path, seed=run._held_out_seed)[0]
+    for ext in (".z8", ".json"):
+        shutil.copyfile(str(run.train_tasks[0])[:-3] + ext, first_held.with_suffix(ext))
+    held = run.held_out(3)
+    assert str(first_held) not in held and len(set(held)) == 3
+    content = lambda p: open(str(p)[:-3] + ".json").read()  # the files themselves, not the signature
+    assert not {content(h) for h in held} & {content(t) for t in run.train_tasks}
+    # a sequence whose every game is excluded ends with a named error, not a loop
+    taken = {game_signature(p) for p in generate_games(20, tmp_path, seed=run._seed)}
+    with pytest.raises(ValueError, match="too small"):
+        disjoint_games(1, tmp_path, seed=run._seed, exclude=taken)

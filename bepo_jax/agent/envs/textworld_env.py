@@ -64,6 +64,38 @@ def generate_games(n: int, out_dir: str | Path, *, seed: int = 0, rooms: int = 2
     return paths
 
 
+def game_signature(path: str | Path) -> str:
+    """What a generated game is, as content: a digest of its world (the facts of the start state),
+    its entities (names, descriptions) and its quest's winning commands, read from the ``.json``
+    beside the ``.z8`` — the same for two games that differ only in their seed or the flavour text
+    of the objective."""
+    import hashlib
+    import json
+
+    d = json.loads(Path(path).with_suffix(".json").read_text())
+    content = {"world": d.get("world"), "infos": d.get("infos"),
+               "quests": [q.get("commands") for q in d.get("quests", [])]}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def disjoint_games(n: int, out_dir: str | Path, *, seed: int, exclude: set[str], **kw) -> list[Path]:
+    """The first ``n`` games of the sequence from ``seed`` whose content (``game_signature``) is not
+    in ``exclude`` nor repeated among them (generated as needed; at most 20 n tried)."""
+    out, seen = [], set(exclude)
+    i = 0
+    while len(out) < n:
+        if i >= 20 * max(n, 1):
+            raise ValueError(f"disjoint_games: only {len(out)} of {n} games with new content in {i} seeds from "
+                             f"{seed}; the generator's space is too small (raise rooms, objects or quest_length).")
+        (g,) = generate_games(1, out_dir, seed=seed + i, **kw)
+        sig = game_signature(g)
+        if sig not in seen:
+            seen.add(sig)
+            out.append(g)
+        i += 1
+    return out
+
+
 class TextWorldEnv:
     """One TextWorld game at a time behind the ``HostEnv`` interface."""
 
@@ -115,7 +147,8 @@ class TextWorldEnv:
 class TextWorldRun:
     """TextWorld as a run's host environment (``envs.registry.make_host_env``): the run's
     training games (``task_pool``, default ``POOL``), its held-out games (the first n of one
-    seeded sequence, so a larger evaluation extends a smaller one), the episode's shapes and
+    seeded sequence whose content differs from every training game's, so a larger evaluation
+    extends a smaller one), the episode's shapes and
     the arguments of ``host_rollout.make_host_rollout``. Games are generated into
     ``games_dir`` (default ~/.cache/bepo_jax/textworld) and reused from there."""
 
@@ -131,7 +164,11 @@ class TextWorldRun:
         self.train_tasks = [str(p) for p in generate_games(self.pool, self.games_dir, seed=self._seed, **self._kw)]
 
     def held_out(self, n: int) -> list[str]:
-        return [str(p) for p in generate_games(n, self.games_dir, seed=self._held_out_seed, **self._kw)]
+        """The first ``n`` games of the held-out seed sequence whose content differs from every training
+        game's and from each other's (``disjoint_games``): levels never trained on, by content."""
+        train = {game_signature(p) for p in self.train_tasks}
+        return [str(p) for p in disjoint_games(n, self.games_dir, seed=self._held_out_seed, exclude=train,
+                                               **self._kw)]
 
     def rollout_args(self) -> dict:
         make = lambda: TextWorldEnv(obs_chars=self.obs_len, objective_chars=self.task_len,

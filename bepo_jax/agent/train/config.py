@@ -27,7 +27,8 @@ class RunConfig:
     0.01 starts near-uniform); update: learning_rate, ppo_epochs, num_minibatches,
     entropy_coef; tasks: task_pool (the training tasks, 0 = the environment's default:
     32 Sokoban levels / 32 mazes / 8 TextWorld games), eval_tasks (held-out tasks, and as
-    many training tasks up to the pool, evaluated every eval_every iterations); checkpoint_every,
+    many training tasks up to the pool, evaluated every eval_every iterations; eval_train False:
+    the held-out tasks only, e.g. where an evaluation is dear); checkpoint_every,
     keep_checkpoints; seed. Environment knobs: boxes (Sokoban max boxes),
     rooms/objects/quest_length (TextWorld). init_from: a run directory (``bepo-jax sft``'s warm
     start, or any run of the same policy and environment) whose newest parameters start this run
@@ -66,6 +67,7 @@ class RunConfig:
     task_pool: int = 0
     eval_tasks: int = 32
     eval_every: int = 20
+    eval_train: bool = True
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     seed: int = 0

@@ -53,7 +53,8 @@ def _evaluations(held: dict, train_ev: dict) -> dict:
 
 
 def _first_row(evals: dict) -> dict:
-    return {"iteration": 0, **evals, "success_rate": evals["eval_train/success_rate"]}
+    first = evals.get("eval_train/success_rate", evals["eval/success_rate"])
+    return {"iteration": 0, **evals, "success_rate": first}
 
 
 def _timed(m: dict, seconds: float) -> dict:
@@ -88,7 +89,8 @@ def _train(cfg: RunConfig, out: Path, *, resume: bool, progress: bool, on_iterat
         rows = [r for r in rundir.read_metrics(out) if r["iteration"] <= start]
     log = rundir.MetricsLog(out, rows, start)
     evaluate = lambda st, seed: _evaluations(setup.evaluate(st.params, seed=seed),
-                                             setup.evaluate(st.params, seed=seed, training=True))
+                                             setup.evaluate(st.params, seed=seed, training=True)
+                                             if cfg.eval_train else {})
     try:
         if not log.rows:
             log.append(_first_row(evaluate(state, cfg.seed)))

@@ -61,6 +61,8 @@ def run_summary(cfg, rows: list[dict], res: dict, window: int = 10) -> dict:
     training success at the start and the end, and the time per iteration."""
     out = {"config": cfg.to_dict(), "iterations": cfg.iterations, "window": window}
     for name, i, f in (("held_out", res["initial"], res["final"]), ("train", res["initial_train"], res["final_train"])):
+        if not i or not f:  # not evaluated (RunConfig.eval_train False)
+            continue
         d, h = paired_change(i, f)
         out[name] = {"tasks": f["tasks"], "before": i["success_rate"], "after": f["success_rate"],
                      "paired_change": d, "paired_ci95": h, "interval_includes_zero": bool(abs(d) <= h)}
