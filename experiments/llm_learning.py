@@ -27,8 +27,26 @@ from .common import RESULTS, ROOT, command, machine, parser, write_json
 
 NAME = "llm_learning"
 CURVE = ("iteration", "success_rate", "invalid_rate", "reply_tokens", "episode_length", "step_time",
-         "rollout/decode_s", "rollout/env_s", "rollout/compiles", "graph/gated_share", "approx_kl", "clip_frac",
+         "rollout/decode_s", "rollout/env_s", "update_s", "rollout/compiles", "graph/gated_share", "approx_kl", "clip_frac",
          "grad_norm", "entropy")
+
+
+def _commit() -> str:
+    import subprocess
+
+    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True, check=False).stdout.strip()
+    return (r.stdout.strip() or "unknown") + ("+changes" if dirty else "")
+
+
+def _log(out: Path, line: str) -> None:
+    """One line of the run's start log (``starts.log``: every start, stop and finish, with the commit)."""
+    import datetime
+
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "starts.log", "a") as f:
+        f.write(f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} {line}\n")
 
 
 def record(out: Path, dest: Path) -> dict:
@@ -55,6 +73,7 @@ def record(out: Path, dest: Path) -> dict:
         "training_games": {"initial": first["eval_train/success_rate"], "final": last["eval_train/success_rate"]},
         "time_split_s": {"iterations_total": total, "decode": decode, "env": env, "update_and_rest": total - decode - env,
                          "per_iteration": total / max(len(steps), 1)},
+        "starts": (out / "starts.log").read_text().splitlines() if (out / "starts.log").exists() else [],
         "curve": [{k: r[k] for k in CURVE if k in r} for r in rows],
         "machine": machine(),
     }
@@ -73,7 +92,11 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     out = Path(args.out)
     if not args.record_only:
-        train(recipe("llm_textworld"), out, resume=(out / "config.json").exists(), progress=args.progress)
+        resume = (out / "config.json").exists()
+        done = len(read_metrics(out)) - 1 if resume else 0
+        _log(out, f"start at {_commit()} ({f'resume after iteration {done}' if resume else 'fresh'})")
+        train(recipe("llm_textworld"), out, resume=resume, progress=args.progress)
+        _log(out, "finished")
     res = record(out, RESULTS / "llm_textworld")
     h = res["held_out"]
     print(f"held-out success {h['initial']:.3f} -> {h['final']:.3f} (paired change {h['paired_change']:+.3f} "
