@@ -52,6 +52,21 @@ def machine() -> dict:
                 device=str(getattr(dev, "device_kind", dev)), device_count=jax.device_count())
 
 
+def git_commit() -> str:
+    """The repository's commit (short), "+changes" when tracked files differ from it; "unknown"
+    outside a git checkout. Runs that take hours log it at every start."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
 def write_text(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` whole or not at all (the package's ``atomic_write``: a temporary file
     renamed over it), creating the folder: a crash mid-write never leaves a cut results file."""

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +36,7 @@ import numpy as np
 
 from bepo_jax.agent.train import mean_ci
 from experiments import claims, rescore
-from experiments.common import ROOT, command, parser, write_json
+from experiments.common import ROOT, command, git_commit, parser, write_json
 from experiments.readme_tables import (
     CLAIMS,
     chance_line,
@@ -96,14 +95,6 @@ def _events(results: Path) -> list[dict]:
     return [json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else []
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
@@ -129,7 +120,7 @@ def run(arms: list[str], out: Path, results: Path, extra: list[str], chunks: int
         for c in range(chunks):
             if chunk_done(results, c, arm):
                 continue
-            _log(results, event="start", arm=arm, chunk=c, commit=_commit(), argv=extra)
+            _log(results, event="start", arm=arm, chunk=c, commit=git_commit(), argv=extra)
             claims.main(["--experiment", chunk_name(c), "--arms", arm, "--out", str(out), "--results", str(results),
                          "--quiet", *extra])
             trained = [a for a in order if a in _json(results / f"{chunk_name(c)}.json").get("per_seed", {})]
@@ -189,7 +180,7 @@ def replay(results: Path, c: int, arms: list[str], iterations: int, scratch: Pat
         rows[arm] = {"stored_commit": commits.get((arm, c), "unknown"), "seeds": len(again),
                      "max_abs_difference": diffs}
     out = {"command": command("confirmatory", ["replay", "--chunk", str(c), "--iterations", str(iterations)]),
-           "commit": _commit(), "machine": platform.platform(), "chunk": c, "iterations": iterations, "arms": rows}
+           "commit": git_commit(), "machine": platform.platform(), "chunk": c, "iterations": iterations, "arms": rows}
     write_json(results / f"replay_{c}.json", out, indent=1)
     return out
 

@@ -23,21 +23,12 @@ from bepo_jax.agent.train.recipes import recipe
 from bepo_jax.agent.train.report import paired_change
 from bepo_jax.agent.train.rundir import read_metrics
 
-from .common import RESULTS, ROOT, command, machine, parser, write_json
+from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json
 
 NAME = "llm_learning"
 CURVE = ("iteration", "success_rate", "invalid_rate", "reply_tokens", "episode_length", "step_time",
          "rollout/decode_s", "rollout/env_s", "update_s", "rollout/compiles", "graph/gated_share", "approx_kl", "clip_frac",
          "grad_norm", "entropy")
-
-
-def _commit() -> str:
-    import subprocess
-
-    r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True, check=False).stdout.strip()
-    return (r.stdout.strip() or "unknown") + ("+changes" if dirty else "")
 
 
 def _log(out: Path, line: str) -> None:
@@ -94,7 +85,7 @@ def main(argv=None) -> None:
     if not args.record_only:
         resume = (out / "config.json").exists()
         done = len(read_metrics(out)) - 1 if resume else 0
-        _log(out, f"start at {_commit()} ({f'resume after iteration {done}' if resume else 'fresh'})")
+        _log(out, f"start at {git_commit()} ({f'resume after iteration {done}' if resume else 'fresh'})")
         train(recipe("llm_textworld"), out, resume=resume, progress=args.progress)
         _log(out, "finished")
     res = record(out, RESULTS / "llm_textworld")
