@@ -1,0 +1,170 @@
+"""Does step credit beat outcome credit with a pretrained LLM? The test fixed in advance in
+docs/llm-confirmatory.md (read it first: the arms, seeds, endpoint, decision rule and budget are
+there, and changing them after a run started is a deviation that the report must name).
+
+    nice python -m experiments.llm_confirmatory run      # every (seed, arm) run in the fixed order; resumable
+    python -m experiments.llm_confirmatory report        # the numbers; the decision once every run finished
+    python -m experiments.llm_confirmatory status        # which runs finished, which started
+
+Every run is an ordinary run directory (runs/llm_confirmatory/ARM_sSEED): a stopped run resumes
+from its newest checkpoint when ``run`` is called again. Every start, resume and finish is logged
+with its commit in ``experiments/results/llm_confirmatory/log.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from bepo_jax.agent.train import RunConfig, read_metrics, train
+from bepo_jax.agent.train.recipes import recipe
+from bepo_jax.agent.train.rundir import is_finished_run_of
+
+from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines
+from .confirmatory import decision, holm, paired_test
+from .readme_tables import points, size_verdict
+
+NAME = "llm_confirmatory"
+# -- the protocol (docs/llm-confirmatory.md); fixed before the first run -----------------------------
+ARMS = ("grpo", "gigpo", "gated_bepo")
+SEEDS = tuple(range(300, 306))
+PRIMARY = (("gated_bepo", "grpo"), ("gated_bepo", "gigpo"))
+SECONDARY = (("gigpo", "grpo"),)
+OVERRIDES = dict(iterations=30, eval_tasks=24, eval_every=30, eval_train=False, checkpoint_every=2,
+                 keep_checkpoints=1)
+# the toy policy's confirmatory result and the paper's number for the primary contrasts (points)
+TOY = {("gated_bepo", "grpo"): "+7.3 +- 2.7 (confirmed)", ("gated_bepo", "gigpo"): "+1.0 +- 2.9 (not confirmed)"}
+PAPER = {("gated_bepo", "grpo"): 13.4, ("gated_bepo", "gigpo"): None, ("gigpo", "grpo"): 9.8}
+OUT = ROOT / "runs" / NAME
+RESULTS_DIR = RESULTS / NAME
+
+
+def config(arm: str, seed: int) -> RunConfig:
+    """The run config of one (arm, seed): the ``llm_textworld`` recipe with the protocol's overrides."""
+    return recipe("llm_textworld").replace(estimator=arm, seed=seed, **OVERRIDES)
+
+
+def run_dir(arm: str, seed: int, out: Path = OUT) -> Path:
+    return out / f"{arm}_s{seed}"
+
+
+def _log(**event) -> None:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS_DIR / "log.jsonl", "a") as f:
+        f.write(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), **event}) + "\n")
+
+
+def run(out: Path = OUT, seeds=SEEDS, arms=ARMS) -> None:
+    """Every (seed, arm) in order, seed by seed (so a stopped test holds whole seeds first); finished
+    runs are skipped, a started one resumes."""
+    for seed in seeds:
+        for arm in arms:
+            cfg, d = config(arm, seed), run_dir(arm, seed, out)
+            if is_finished_run_of(d, cfg):
+                continue
+            resume = (d / "config.json").exists()
+            done = max((r["iteration"] for r in read_metrics(d)), default=0) if resume else 0
+            _log(event="start", arm=arm, seed=seed, commit=git_commit(), resume_after=done if resume else None)
+            train(cfg, d, resume=resume, progress=False)
+            _log(event="finish", arm=arm, seed=seed, commit=git_commit())
+
+
+def _final(d: Path) -> Optional[dict]:
+    rows = read_metrics(d) if (d / "metrics.jsonl").exists() else []
+    evals = [r for r in rows if "eval/success_rate" in r]
+    if len(evals) < 2 or evals[-1]["iteration"] != OVERRIDES["iterations"]:
+        return None
+    its = [r for r in rows if r["iteration"] > 0]
+    mean = lambda k: float(np.mean([r[k] for r in its if k in r])) if its else float("nan")
+    return {"initial": evals[0]["eval/success_rate"], "final": evals[-1]["eval/success_rate"],
+            "per_game": evals[-1]["eval/per_task"], "train_success": [r["success_rate"] for r in its],
+            "invalid_rate": mean("invalid_rate"), "gated_share": mean("graph/gated_share"),
+            "seconds": float(sum(r.get("step_time", 0.0) for r in its))}
+
+
+def report(out: Path = OUT) -> dict:
+    runs = {arm: {s: _final(run_dir(arm, s, out)) for s in SEEDS} for arm in ARMS}
+    complete = [s for s in SEEDS if all(runs[a][s] is not None for a in ARMS)]
+    contrasts = {}
+    for a, b in PRIMARY + SECONDARY:
+        diffs = [100 * (runs[a][s]["final"] - runs[b][s]["final"]) for s in complete]
+        t = paired_test(diffs) if len(diffs) > 1 else None
+        contrasts[f"{a} - {b}"] = {"primary": (a, b) in PRIMARY, "per_seed": diffs, "test": t,
+                                   "paper": PAPER.get((a, b)), "toy_policy": TOY.get((a, b)),
+                                   "against_paper": None if t is None else size_verdict(
+                                       (t["mean"], t["half_width"]), PAPER.get((a, b)))}
+    family_complete = len(complete) == len(SEEDS)
+    if family_complete:
+        prim = {k: c["test"]["p"] for k, c in contrasts.items() if c["primary"]}
+        for k, h in holm(prim).items():
+            contrasts[k]["holm"] = {**h, "decision": decision(contrasts[k]["test"], h)}
+    log = RESULTS_DIR / "log.jsonl"
+    res = {"command": command(NAME), "protocol": "docs/llm-confirmatory.md", "arms": ARMS, "seeds": SEEDS,
+           "overrides": OVERRIDES, "seeds_complete": complete, "family_complete": family_complete,
+           "contrasts": contrasts,
+           "arms_summary": {a: {"final": [runs[a][s]["final"] for s in complete],
+                                "initial": [runs[a][s]["initial"] for s in complete],
+                                "invalid_rate": [runs[a][s]["invalid_rate"] for s in complete],
+                                "gated_share": [runs[a][s]["gated_share"] for s in complete],
+                                "hours": sum(r["seconds"] for r in runs[a].values() if r) / 3600} for a in ARMS},
+           "curves": {a: [runs[a][s]["train_success"] for s in complete] for a in ARMS},
+           "events": [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else [],
+           "machine": machine()}
+    write_json(RESULTS_DIR / "summary.json", res)
+    write_lines(RESULTS_DIR / "report.md", _markdown(res))
+    return res
+
+
+def _markdown(res: dict) -> list[str]:
+    lines = ["# The LLM confirmatory test (docs/llm-confirmatory.md)", "",
+             f"`{res['command']}`; {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete"
+             + ("." if res["family_complete"] else ": no decision yet."), "",
+             "| contrast | held-out success, paired difference (points), 95% t over seeds | p | Holm p | decision | "
+             "the paper | against the paper | the character policy's test |", "|---|---|---|---|---|---|---|---|"]
+    for name, c in res["contrasts"].items():
+        t, h = c["test"], c.get("holm")
+        diff = "not yet" if t is None else (f"{points((t['mean'] / 100, t['half_width'] / 100))} "
+                                            f"({t['seeds_above_0']}/{t['seeds']} seeds > 0)")
+        p = "" if t is None else f"{t['p']:.3f}"
+        holm_p, dec = ("", "") if h is None else (f"{h['holm_p']:.3f}", f"**{h['decision']}**")
+        paper = "none" if c["paper"] is None else f"{c['paper']:+.1f}"
+        label = name if c["primary"] else f"{name} (secondary)"
+        lines.append(f"| {label} | {diff} | {p} | {holm_p} | {dec} | {paper} | {c['against_paper'] or ''} | "
+                     f"{c['toy_policy'] or ''} |")
+    lines += ["", "| arm | held-out success after (mean over seeds) | before | invalid-command rate | gated share | "
+              "hours |", "|---|---|---|---|---|---|"]
+    for a, s in res["arms_summary"].items():
+        f = lambda xs: f"{np.mean(xs):.3f}" if xs else "-"
+        lines.append(f"| {a} | {f(s['final'])} | {f(s['initial'])} | {f(s['invalid_rate'])} | {f(s['gated_share'])} | "
+                     f"{s['hours']:.1f} |")
+    return lines
+
+
+def status(out: Path = OUT) -> None:
+    for seed in SEEDS:
+        row = []
+        for arm in ARMS:
+            d = run_dir(arm, seed, out)
+            state = ("finished" if is_finished_run_of(d, config(arm, seed)) else
+                     f"at {max((r['iteration'] for r in read_metrics(d)), default=0)}" if (d / "config.json").exists()
+                     else "not started")
+            row.append(f"{arm} {state}")
+        print(f"seed {seed}: " + ", ".join(row))
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__, full=True)
+    p.add_argument("action", choices=("run", "report", "status"))
+    p.add_argument("--out", default=str(OUT), help="where the runs live")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    {"run": lambda: run(out), "report": lambda: report(out), "status": lambda: status(out)}[args.action]()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

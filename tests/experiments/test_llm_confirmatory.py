@@ -1,0 +1,49 @@
+"""The LLM confirmatory test's report on made-up run directories: paired per seed, Holm over the primary
+family only when every seed is complete, the protocol's config per (arm, seed)."""
+
+import json
+
+import numpy as np
+from scipy import stats
+
+import experiments.llm_confirmatory as lc
+
+
+def _write(d, initial, final, iterations):
+    d.mkdir(parents=True)
+    rows = [{"iteration": 0, "eval/success_rate": initial, "eval/per_task": [initial]}]
+    rows += [{"iteration": i, "success_rate": 0.5, "invalid_rate": 0.2, "step_time": 60.0} for i in
+             range(1, iterations + 1)]
+    rows[-1].update({"eval/success_rate": final, "eval/per_task": [final]})
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_the_report_pairs_seeds_and_decides_only_when_complete(tmp_path, monkeypatch):
+    monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
+    n = lc.OVERRIDES["iterations"]
+    rng = np.random.default_rng(0)
+    finals = {a: {s: float(rng.uniform(0.2, 0.6)) for s in lc.SEEDS} for a in lc.ARMS}
+    for s in lc.SEEDS:
+        finals["gated_bepo"][s] = finals["grpo"][s] + 0.2  # a clear gain over GRPO on every seed
+    for a in lc.ARMS:
+        for s in lc.SEEDS[:-1]:
+            _write(lc.run_dir(a, s, tmp_path / "runs"), 0.3, finals[a][s], n)
+    part = lc.report(tmp_path / "runs")
+    assert not part["family_complete"] and "holm" not in part["contrasts"]["gated_bepo - grpo"]
+    for a in lc.ARMS:
+        _write(lc.run_dir(a, lc.SEEDS[-1], tmp_path / "runs"), 0.3, finals[a][lc.SEEDS[-1]], n)
+    res = lc.report(tmp_path / "runs")
+    c = res["contrasts"]["gated_bepo - gigpo"]
+    want = [100 * (finals["gated_bepo"][s] - finals["gigpo"][s]) for s in lc.SEEDS]
+    np.testing.assert_allclose(c["per_seed"], want)
+    assert abs(c["test"]["p"] - stats.ttest_1samp(want, 0.0).pvalue) < 1e-12
+    g = res["contrasts"]["gated_bepo - grpo"]
+    assert g["holm"]["decision"] == "confirmed" and "holm" not in res["contrasts"]["gigpo - grpo"]
+    assert "**confirmed**" in (tmp_path / "results" / "report.md").read_text()
+
+
+def test_every_run_is_the_recipe_with_the_protocols_overrides():
+    cfg = lc.config("gigpo", lc.SEEDS[0])
+    base = lc.recipe("llm_textworld")
+    assert cfg.estimator == "gigpo" and cfg.seed == lc.SEEDS[0] and cfg.model == base.model
+    assert {k: getattr(cfg, k) for k in lc.OVERRIDES} == lc.OVERRIDES
