@@ -190,8 +190,10 @@ class StepCollectEngine(trajectory_collect_engine.TrajectoryCollectEngine):
     def _ending(self) -> Ending:
         status = self.agent.trajectory.status.name
         rec = self._env_rec
-        if status == "SUCCEEDED":
-            kind = "env" if rec.env_done else "step_limit"
+        if rec.env_done:  # the environment ended it on its own step: a limit Tunix records after that
+            kind = "env"  # (a TIMEOUT on the final step) does not relabel a success or a failure as TRUNCATED
+        elif status == "SUCCEEDED":
+            kind = "step_limit"
         elif status in _STATUS_ENDINGS:
             kind = _STATUS_ENDINGS[status]
         else:

@@ -404,3 +404,20 @@ def test_the_example_script_runs_and_prints_the_credit(capsys):
     assert ta.main(["--steps", "1"]) == 0
     out = capsys.readouterr().out
     assert "groups credited with gated_bepo" in out and "gated share" in out and "bepo/states:" in out
+
+
+@pytest.mark.parametrize("status", ["TIMEOUT", "MAX_STEPS_REACHED", "MAX_CONTEXT_LIMIT_REACHED", "SUCCEEDED"])
+def test_a_limit_recorded_after_the_environment_ended_keeps_the_environments_ending(status):
+    # the environment said done on its last step (a success); Tunix then records a limit: the ending stays "env"
+    from types import SimpleNamespace
+
+    from bepo_jax.integrations.tunix import StepCollectEngine
+
+    eng = StepCollectEngine.__new__(StepCollectEngine)
+    eng.agent = SimpleNamespace(trajectory=SimpleNamespace(status=SimpleNamespace(name=status)))
+    eng._env_rec = SimpleNamespace(env_done=True, info={"success": True}, reward=1.0)
+    assert eng._ending().kind == "env"
+    eng._env_rec = SimpleNamespace(env_done=False, info={}, reward=0.0)
+    assert eng._ending().kind == ("step_limit" if status == "SUCCEEDED" else
+                                  {"TIMEOUT": "time_limit", "MAX_STEPS_REACHED": "step_limit",
+                                   "MAX_CONTEXT_LIMIT_REACHED": "context_limit"}[status])
