@@ -378,7 +378,8 @@ class GroupCredit:
     share).   outcomes[k]: codes.   endings[k]: ``Ending.kind``.   advantages[k][t]: A[k, t].
     diagnostics: the estimator's (``states``, ``gated_share``, ...); empty when the group
     had fewer than two trajectories with turns.   collapsed: a multi-turn group whose turns
-    all map to one state."""
+    all map to one state.   mode: "train" or "eval" (Tunix's mode of the batch: evaluation
+    groups are logged too, marked, so diagnostics of training can leave them out)."""
 
     group_id: Any
     states: list
@@ -388,6 +389,7 @@ class GroupCredit:
     advantages: list
     diagnostics: dict
     collapsed: bool
+    mode: str = "train"
 
     def table(self) -> str:
         """Per trajectory: outcome, then each turn's state (its last 32 characters), reward
@@ -593,6 +595,7 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
             if self.algo_config.mask_zero_credit_groups and not adv[rows].any():
                 keep[rows] = False
             engine.buffer_metrics_async(_group_metrics(credit, adv[rows], mask[rows]), mode=mode, step=expected_step)
+            credit = dataclasses.replace(credit, mode=str(getattr(mode, "name", mode)).lower())
             self.credit_log.append(credit)
             if self._on_credit is not None:
                 self._on_credit(credit)

@@ -421,3 +421,16 @@ def test_a_limit_recorded_after_the_environment_ended_keeps_the_environments_end
     assert eng._ending().kind == ("step_limit" if status == "SUCCEEDED" else
                                   {"TIMEOUT": "time_limit", "MAX_STEPS_REACHED": "step_limit",
                                    "MAX_CONTEXT_LIMIT_REACHED": "context_limit"}[status])
+
+
+def test_evaluation_groups_are_marked_in_the_credit_log(trained):
+    _, learner, calls, _, _ = trained
+    assert {c.mode for c in learner.credit_log} == {"train"}
+    kept = list(learner.credit_log)
+    try:
+        learner._process_results(calls[0][0], rl_cluster_lib.Mode.EVAL, None)
+        new = list(learner.credit_log)[len(kept):]
+        assert new and {c.mode for c in new} == {"eval"}
+    finally:
+        learner.credit_log.clear()
+        learner.credit_log.extend(kept)
