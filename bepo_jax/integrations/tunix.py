@@ -469,6 +469,7 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
         self._warned: set = set()
         self.credit_log: collections.deque = collections.deque(maxlen=256)
         super().__init__(*args, **kwargs)
+        self.metric_fns = [self._deferred(fn) for fn in (self.metric_fns or [])]
         engine = tunix_compat.engine_of(self)
         training = engine.cluster_config.training_config
         if getattr(training, "max_seq_token_per_tpu", None) is not None:
@@ -499,6 +500,27 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
         rewards = super()._compute_rewards(*args, **kwargs)
         self._local.rewards = np.asarray(rewards, np.float64)
         return rewards
+
+    def _deferred(self, fn):
+        """``fn`` (a user's metric_fn) as Tunix calls it inside ``_process_results``: the call is kept
+        and made again once the step credit is known, with ``advantages`` = each sequence's mean step
+        credit over its completion tokens [N] (the shape Tunix passes) and ``step_advantages`` = the
+        per-token credit the loss uses [N, L] -- not Tunix's trajectory-level GRPO advantages."""
+
+        def call(**kwargs):
+            if not getattr(_INSIDE, "active", False):
+                return fn(**kwargs)
+            self._local.metric_calls.append((fn, kwargs))
+            return {}
+
+        return call
+
+    def _metrics_with_step_credit(self, adv: np.ndarray, mask: np.ndarray, mode, step) -> None:
+        on = (mask != 0).astype(np.float32)
+        per_seq = (adv * on).sum(-1) / np.maximum(on.sum(-1), 1.0)
+        for fn, kwargs in self._local.metric_calls:
+            out = fn(**{**kwargs, "advantages": per_seq, "step_advantages": adv})
+            self._engine.buffer_metrics_async(out, mode=mode, step=step)
 
     def _warn_once(self, key: str, message: str):
         if key not in self._warned:
@@ -573,6 +595,7 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
                          expected_step: Optional[int] = None):
         groups = split_groups(trajectories, self.algo_config.num_generations)
         self._local.rewards = None
+        self._local.metric_calls = []
         _INSIDE.active = True
         try:
             examples = super()._process_results(trajectories, mode=mode, expected_step=expected_step)
@@ -599,6 +622,7 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
             self.credit_log.append(credit)
             if self._on_credit is not None:
                 self._on_credit(credit)
+        self._metrics_with_step_credit(adv, mask, mode, expected_step)
         updates = {"advantages": jnp.asarray(adv)}
         if not keep.all():
             updates["completion_mask"] = jnp.asarray(mask * keep[:, None].astype(mask.dtype))

@@ -434,3 +434,27 @@ def test_evaluation_groups_are_marked_in_the_credit_log(trained):
     finally:
         learner.credit_log.clear()
         learner.credit_log.extend(kept)
+
+
+def test_metric_fns_see_the_step_credit_the_loss_uses(trained):
+    _, learner, calls, _, _ = trained
+    seen = []
+
+    def metric_fn(prompts, completions, rewards, advantages, **kwargs):
+        seen.append((np.asarray(advantages), np.asarray(kwargs["step_advantages"]), np.asarray(rewards)))
+        return {"my/advantage_mean": (float(np.mean(advantages)), np.mean)}
+
+    kept_fns, kept_log = learner.metric_fns, list(learner.credit_log)
+    learner.metric_fns = [learner._deferred(metric_fn)]
+    try:
+        (ex,) = learner._process_results(calls[0][0], rl_cluster_lib.Mode.TRAIN, None)
+    finally:
+        learner.metric_fns = kept_fns
+        learner.credit_log.clear()
+        learner.credit_log.extend(kept_log)
+    (per_seq, per_token, rewards), = seen
+    adv, mask = np.asarray(ex.advantages), np.asarray(ex.completion_mask)
+    np.testing.assert_array_equal(per_token, adv)  # exactly what the loss gets
+    on = mask != 0
+    np.testing.assert_allclose(per_seq, (adv * on).sum(-1) / np.maximum(on.sum(-1), 1), rtol=1e-6)
+    assert per_seq.shape == rewards.shape  # the shape Tunix passes
