@@ -61,6 +61,28 @@ def llm_job() -> str:
     return "\n".join(lines)
 
 
+def llm_run() -> str:
+    """The LLM recipe's run in detail (docs/llm.md): every evaluation, the first and last ten iterations,
+    where the time went, the compiled sampling programs, every start of the run."""
+    s = _load("llm_textworld/summary.json")
+    h, curve = s["held_out"], [r for r in s["curve"] if r["iteration"] > 0]
+    lines = ["| iteration | held-out success (12 games x 4 episodes) |", "|---:|---:|"]
+    lines += [f"| {i} | {v:.3f} |" for i, v in zip(h["evaluated_at"], h["success_at"])]
+    mean = lambda rows, k: sum(r[k] for r in rows if k in r) / max(1, sum(k in r for r in rows))
+    first, last = curve[:10], curve[-10:]
+    lines += ["", "| iterations | training success | invalid-command rate | reply tokens | turns per episode |",
+              "|---|---:|---:|---:|---:|"]
+    for label, rows in ((f"{first[0]['iteration']}-{first[-1]['iteration']}", first),
+                        (f"{last[0]['iteration']}-{last[-1]['iteration']}", last)):
+        lines.append(f"| {label} | {mean(rows, 'success_rate'):.3f} | {mean(rows, 'invalid_rate'):.3f} | "
+                     f"{mean(rows, 'reply_tokens'):.1f} | {mean(rows, 'episode_length'):.2f} |")
+    compiles = [r["rollout/compiles"] for r in curve if "rollout/compiles" in r]
+    lines += ["", f"Sampling programs compiled by the last process: {compiles[-1]:.0f} (one per prompt bucket and "
+              "power of two of distinct prompts met). Starts of the run: " + "; ".join(s["starts"]) + ".",
+              "", "![the run's curve](../experiments/results/llm_textworld/curve.png)"]
+    return "\n".join(lines)
+
+
 def llm_profile() -> str:
     """What an LLM iteration costs and what the untrained model does (``python -m experiments.profile_llm``)."""
     return "\n".join((RESULTS / "llm_profile.md").read_text().splitlines()[2:]).strip()
@@ -629,7 +651,7 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "e2_rescore": lambda: _rescore("e2_rescore"), "e2_claims_rescore": lambda: _rescore("e2_claims_rescore"),
           "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore"), "headline": headline,
           "warm_start": warm_start, "confirmatory": confirmatory_primary, "llm_job": llm_job,
-          "llm_profile": llm_profile}
+          "llm_run": llm_run, "llm_profile": llm_profile}
 
 
 def render(text: str) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 from flax import nnx
 
 from .envs.base import JaxEnv, env_reset, env_step, history_words, parse_response, render_tokens_text, word_table
-from .envs.text import EOS, PAD, encode
+from .envs.text import EOS, PAD, encode, normalize
 from ..credit.hashing import hash_observations
 from .rollout import (Rollout, RolloutConfig, _check_response_fits, build_prompt, check_context, finish_rollout,
                       prompt_length, sample_responses)
@@ -68,8 +68,8 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
         obs_text, cmds = list(obs_text), [list(c) for c in cmds]
         task = np.zeros((N, task_len), np.int32)
         task_m = np.zeros((N, task_len), bool)
-        for i in range(N):
-            task[i], task_m[i] = _pad(encode(getattr(envs[i], "objective", "")), task_len)
+        for i in range(N) if task_len else ():  # the objective in the character tokenizer's alphabet
+            task[i], task_m[i] = _pad(encode(normalize(getattr(envs[i], "objective", ""))), task_len)
         hh = max(h, 1)
         h_obs = np.zeros((N, hh, S), np.int32)
         h_obs_m = np.zeros((N, hh, S), bool)
