@@ -28,7 +28,8 @@ two, so the compiled programs are one per (prompt bucket, power of two) met
 and its output is dropped.
 
 States for the estimators: the observation text, hashed (``hash_observations``); with
-``state_with_commands`` the admissible commands too (as verl-agent's ALFWorld anchor).
+``state_with_commands`` the admissible commands too (as verl-agent's ALFWorld anchor). The texts also travel as bytes (``Rollout.obs_tokens``), so
+similar states can be merged before the estimator (``credit.similarity``; ``RunConfig.similarity``).
 The turn sequences are re-padded on the left to the longest prompt of the iteration:
 ``Rollout.tokens`` [B, K, T, P + R], the reply tokens (through the end-of-turn token) in
 ``response_mask`` — the loss covers exactly them. When the model records its frozen blocks'
@@ -153,6 +154,20 @@ def turn_messages(objective: str, turns: Sequence[tuple[str, Sequence[str], str]
     for obs, cmds, rep in turns:
         msgs += [{"role": "user", "content": user_message(obs, cmds)}, {"role": "assistant", "content": rep}]
     return msgs + [{"role": "user", "content": user_message(observation, commands)}]
+
+
+STATE_BYTES = 1024  # the states' texts for similarity merging: their first bytes
+
+
+def state_bytes(texts: np.ndarray) -> np.ndarray:
+    """int32 [..., STATE_BYTES]: each state text's UTF-8 bytes + 1 (0 = no byte), cut at STATE_BYTES --
+    the tokens ``credit.similarity.merge_similar`` compares."""
+    out = np.zeros(texts.shape + (STATE_BYTES,), np.int32)
+    flat = out.reshape(-1, STATE_BYTES)
+    for i, t in enumerate(texts.reshape(-1)):
+        b = np.frombuffer(str(t).encode()[:STATE_BYTES], np.uint8)
+        flat[i, : len(b)] = b.astype(np.int32) + 1
+    return out
 
 
 # ------------------------------------------------------------------------------------------ rollout
@@ -339,7 +354,8 @@ class ChatRollout:
                     hidden = np.zeros((N, T, L, hid.shape[-1]), hid.dtype)
                 hidden[:, t, L - hid.shape[1]:] = hid
         keys = hash_observations(raw.reshape(-1).tolist()).reshape(N, T, 2)
+        obs_bytes = state_bytes(raw)
         shape = lambda x: jnp.asarray(x.reshape((B, K) + x.shape[1:]))
         return finish_rollout(shape(keys), shape(reward), shape(penalty), shape(valid), shape(tokens), shape(mask),
                               shape(resp), shape(logp), shape(action_out), shape(success), shape(ended),
-                              None if hidden is None else shape(hidden))
+                              None if hidden is None else shape(hidden), shape(obs_bytes))

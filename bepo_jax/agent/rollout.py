@@ -83,6 +83,7 @@ class Rollout(NamedTuple):
     actions: Int[Array, "B K T"]              # parsed action, -1 = invalid
     success: Bool[Array, "B K"]
     hidden: Optional[Float[Array, "B K T L W"]] = None  # the frozen blocks' output (chat rollouts, top-N training)
+    obs_tokens: Optional[Int[Array, "B K T S"]] = None  # the states' texts as bytes (chat rollouts: similarity merging)
 
 
 def build_prompt(task: Int[Array, "Q"], task_mask: Bool[Array, "Q"], hist_obs: Int[Array, "h S"],
@@ -427,10 +428,10 @@ def make_replay(env: JaxEnv, config: RolloutConfig = RolloutConfig()):
 
 
 def finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action, success, terminal,
-                   hidden=None) -> Rollout:
+                   hidden=None, obs_tokens=None) -> Rollout:
     """Outcomes and the Rollout tuple (shared with the host loop): SUCCESS if the episode
     succeeded, FAILURE if the environment ended it otherwise (even on the last allowed
     step), TRUNCATED if only the time limit ended it."""
     outcome = outcome_codes(success, terminal)
     batch = StepBatch(obs_key=key_obs, reward=reward, mask=valid, outcome=outcome, penalty=penalty)
-    return Rollout(batch, seq, msk, resp, logp, action, success, hidden)
+    return Rollout(batch, seq, msk, resp, logp, action, success, hidden, obs_tokens)

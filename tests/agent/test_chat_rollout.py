@@ -194,3 +194,21 @@ def test_each_distinct_prompt_is_prefilled_once(pre):
     assert ids.shape == (2, 4) and ids[0, 1:].tolist() == [5, 6, 7] and mask[1].tolist() == [False, False, True, True]
     ids, _, expand = ro._distinct([[1], [2], [3]], np.ones(3, bool), 2)
     assert ids.shape[0] == 4 and expand.tolist() == [0, 1, 2]  # three distinct prompts pad to four
+
+
+def test_state_texts_travel_as_bytes_for_similarity_merging(pre):
+    from bepo_jax.credit.similarity import SimilarityConfig, merge_similar
+
+    _, _, out, envs = _run(pre, constrained=True, max_steps=3)
+    tok, valid = np.asarray(out.obs_tokens), np.asarray(out.batch.mask)
+    K = out.success.shape[1]
+    for i, env in enumerate(envs):
+        b, k = divmod(i, K)
+        for t in range(int(valid[b, k].sum())):
+            row = tok[b, k, t]
+            assert bytes((row[row > 0] - 1).astype(np.uint8).tolist()).decode() == env.log[t]
+    # "room 0" and "room 1" differ by a character: a loose threshold merges them, exact hashing does not
+    keys = np.asarray(out.batch.obs_key)
+    merged = np.asarray(merge_similar(out.batch, out.obs_tokens, SimilarityConfig(threshold=0.5)).obs_key)
+    distinct = lambda x: len({tuple(v) for v in x[valid]})
+    assert distinct(merged) < distinct(keys)

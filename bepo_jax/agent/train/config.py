@@ -42,7 +42,9 @@ class RunConfig:
     state_with_commands (states hash the admissible commands too); it trains LoRA adapters
     (lora_rank > 0, lora_alpha, lora_targets: comma-separated projections) or the top
     train_layers blocks (0 = all) or everything, with kl_coef (k3 KL to the initial policy),
-    grad_accum micro-batches per minibatch, in dtype ("float32" | "bfloat16"). layers, width,
+    grad_accum micro-batches per minibatch, in dtype ("float32" | "bfloat16"); similarity > 0
+    merges states whose texts' estimated n-gram Jaccard similarity is at least that
+    (``credit.similarity``; 0 = exact text). layers, width,
     heads, head_init_scale and constrained's default do not apply to it."""
 
     env: str = "sokoban"
@@ -88,6 +90,7 @@ class RunConfig:
     kl_coef: float = 0.0
     grad_accum: int = 1
     dtype: str = "float32"
+    similarity: float = 0.0
 
     @property
     def pretrained(self) -> bool:
@@ -146,6 +149,7 @@ class RunConfig:
         for f in ("lora_rank", "train_layers"):
             check_int(n, f, getattr(self, f), lo=0)
         check_range(n, "kl_coef", self.kl_coef, lo=0.0)
+        check_range(n, "similarity", self.similarity, lo=0.0, hi=1.0)
         check_choice(n, "action_format", self.action_format, FORMATS)
         check_choice(n, "dtype", self.dtype, DTYPES)
         if self.lora_rank:

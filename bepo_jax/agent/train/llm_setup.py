@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from ...credit.estimators.registry import get_estimator, make_config
+from ...credit.similarity import SimilarityConfig, merge_similar
 from ..chat_rollout import ChatRollout, ChatRolloutConfig
 from ..envs.registry import is_host_env, make_host_env, make_jax_env
 from ..host_rollout import JaxEnvOnHost
@@ -135,7 +136,10 @@ class LLMSetup(Setup):
 
     def _learn(self, state: TrainState, ro: Rollout):
         ref = self.reference_logp(ro) if self._reference is not None else None
-        return self.learn_from(state, ro, self.advantages(ro.batch), trainer=self.trainer_for(ro.tokens.shape[-1]),
+        batch = ro.batch
+        if self.cfg.similarity > 0:  # similar state texts merged into one state (credit.similarity)
+            batch = merge_similar(batch, ro.obs_tokens, SimilarityConfig(threshold=self.cfg.similarity))
+        return self.learn_from(state, ro, self.advantages(batch), trainer=self.trainer_for(ro.tokens.shape[-1]),
                                ref_logp=ref)
 
     def iterate(self, state: TrainState, it: int):
