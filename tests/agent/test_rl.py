@@ -283,6 +283,20 @@ def test_gradient_accumulation_equals_one_big_minibatch():
     assert _max_diff(s1.params, s4.params) < REORDER_ATOL
 
 
+def test_a_micro_batch_without_responses_leaves_the_metrics_finite():
+    """Finished episodes' turns are rows with no response token; a micro-batch of only such rows
+    counts for nothing (its advantage extremes are +-inf and once made the minibatch's nan)."""
+    b = make_update_batch(n=8)
+    empty = np.zeros(b.response_mask.shape, bool)
+    empty[0] = np.asarray(b.response_mask)[0]  # one row with a response: 3 of the 4 micro-batches have none
+    b = b._replace(response_mask=jnp.asarray(empty), advantage=jnp.where(empty, b.advantage, 0.0))
+    trainer = Trainer(DecoderLM(TINY, rngs=nnx.Rngs(0)), TrainConfig(num_minibatches=1, grad_accum=4, ppo_epochs=1))
+    _, m = trainer.step(trainer.init_state(), b)
+    adv = np.asarray(b.advantage)[empty]
+    assert all(np.isfinite(float(v)) for v in m.values())
+    assert abs(float(m["adv_min"]) - adv.min()) < 1e-6 and abs(float(m["adv_max"]) - adv.max()) < 1e-6
+
+
 @pytest.mark.parametrize("model", ["transformer", "conv"])
 def test_score_from_gives_the_full_update(model):
     """The batch's responses start at position 6: scoring from 5 is the same update (the

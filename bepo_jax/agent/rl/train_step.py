@@ -93,6 +93,22 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
     return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adamw(lr, weight_decay=cfg.weight_decay))
 
 
+def _combine_micro(metrics: dict, share: Float[Array, "A"]) -> dict:
+    """A minibatch's metrics from its micro-batches': the ``share``-weighted mean, the extremes for
+    ``adv_min`` / ``adv_max``; a micro-batch with no response token (share 0) counts for none (its
+    extremes are +-inf: a weighted sum would make them nan)."""
+    used = share > 0
+    out = {}
+    for k, x in metrics.items():
+        if k == "adv_min":
+            out[k] = jnp.min(jnp.where(used, x, jnp.inf))
+        elif k == "adv_max":
+            out[k] = jnp.max(jnp.where(used, x, -jnp.inf))
+        else:
+            out[k] = jnp.sum(jnp.where(used, x, 0.0) * share)
+    return out
+
+
 class UpdateBatch(NamedTuple):
     """Token-level data of N sequences (one per record: prompt + response).
 
@@ -242,7 +258,7 @@ class Trainer:
             grads, (loss, metrics) = jax.lax.scan(micro, zeros, (mb, share))
             updates, opt_state = self.tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
-            metrics = jax.tree_util.tree_map(lambda x: jnp.sum(x * share), metrics)
+            metrics = _combine_micro(metrics, share)
             metrics["loss"] = jnp.sum(loss * share)
             metrics["grad_norm"] = optax.tree.norm(grads)
             return (params, opt_state), metrics
