@@ -293,9 +293,11 @@ class ChatRollout:
         turns = []  # per turn: (prompt rows, reply tokens [N, R], reply mask, logp)
         frozen = self.frozen
         for t in range(T):
-            rows = [self.prompt_ids(objective[i], history[i], obs[i], cmds[i]) for i in range(N)]
+            live = ~done  # a finished episode's row gets a one-token stand-in prompt; its reply is dropped
+            rows = [self.prompt_ids(objective[i], history[i], obs[i], cmds[i]) if live[i] else [self.pad]
+                    for i in range(N)]
             P = self._bucket(max(len(r) for r in rows))
-            prompts, masks, expand = self._distinct(rows, ~done, P)
+            prompts, masks, expand = self._distinct(rows, live, P)
             table, table_valid = self._table(cmds)
             key, sub = jax.random.split(key)
             t1 = time.perf_counter()
@@ -303,7 +305,6 @@ class ChatRollout:
                 params, frozen, prompts, masks, sub, table, table_valid, expand, constrained=cfg.constrained))
             decode_s += time.perf_counter() - t1
             reply_tok, reply_mask, reply_logp = seq[:, P:], resp[:, P:], logp[:, P:]
-            live = ~done
             t1 = time.perf_counter()
             for i in np.flatnonzero(live):
                 toks = [int(x) for x, m in zip(reply_tok[i], reply_mask[i]) if m and int(x) not in self.stop]
