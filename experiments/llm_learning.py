@@ -40,6 +40,16 @@ def _log(out: Path, line: str) -> None:
         f.write(f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} {line}\n")
 
 
+def _training_games(first: dict, last: dict) -> dict:
+    """The training games' evaluation before and after, with the paired change over the games."""
+    if "eval_train/success_rate" not in first or "eval_train/success_rate" not in last:
+        return {}
+    train = lambda r: {k[len("eval_train/"):]: v for k, v in r.items() if k.startswith("eval_train/")}
+    change, ci = paired_change(train(first), train(last))
+    return {"games": first["eval_train/tasks"], "initial": first["eval_train/success_rate"],
+            "final": last["eval_train/success_rate"], "paired_change": change, "paired_change_ci95": ci}
+
+
 def record(out: Path, dest: Path) -> dict:
     """The results file of a finished run in ``out``."""
     rows = read_metrics(out)
@@ -61,7 +71,7 @@ def record(out: Path, dest: Path) -> dict:
                      "paired_change": change, "paired_change_ci95": ci,
                      "evaluated_at": [r["iteration"] for r in evals],
                      "success_at": [r["eval/success_rate"] for r in evals]},
-        "training_games": {"initial": first["eval_train/success_rate"], "final": last["eval_train/success_rate"]},
+        "training_games": _training_games(first, last),
         "time_split_s": {"iterations_total": total, "decode": decode, "env": env, "update_and_rest": total - decode - env,
                          "per_iteration": total / max(len(steps), 1)},
         "starts": (out / "starts.log").read_text().splitlines() if (out / "starts.log").exists() else [],

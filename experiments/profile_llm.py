@@ -108,6 +108,11 @@ def main(argv=None) -> None:
         res["iteration"] = profile_iterations()
     res.update(command=command(NAME), machine=machine())
     write_json(path, res)
+    write_lines(RESULTS / "llm_profile.md", markdown(res))
+
+
+def markdown(res: dict) -> list[str]:
+    """The results page of ``res`` (``llm_profile.json``)."""
     lines = ["# What an LLM iteration costs, and what the untrained model does with each prompt", "",
              f"`{res['command']}` on {res['machine']['cpu_count']} CPUs ({res['machine']['processor'] or 'cpu'}).", ""]
     if "prompts" in res:
@@ -116,12 +121,13 @@ def main(argv=None) -> None:
                   f"{r['invalid']:.2f} | {r['won']:.2f} |" for r in res["prompts"]]
         lines.append("")
     if "iteration" in res:
-        lines += ["| trained | parameters | 1st it. (s) | 2nd it. (s) | decode | games | update + rest | peak RSS (GiB) |",
+        lines += ["| trained | parameters | 1st it. (s) | 2nd it. (s) | decode | games | update + rest | "
+                  "peak RSS so far in the process (GiB) |",
                   "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['variant']} | {r['trained_parameters']:,} | {r['first']['seconds']:.1f} | "
                   f"{r['second']['seconds']:.1f} | {r['second']['decode_s']:.1f} | {r['second']['env_s']:.1f} | "
                   f"{r['second']['update_s']:.1f} | {r['peak_rss_gib']:.1f} |" for r in res["iteration"]]
-    write_lines(RESULTS / "llm_profile.md", lines)
+    return lines
 
 
 if __name__ == "__main__":

@@ -53,8 +53,11 @@ def llm_job() -> str:
     lines = ["| games | before | after | paired change, 95% t-interval over games |", "|---|---:|---:|---:|",
              f"| {h['games']} held-out games ({h['episodes_per_game']} episodes each) | {h['initial']:.3f} | "
              f"{h['final']:.3f} | {h['paired_change']:+.3f} +- {h['paired_change_ci95']:.3f} |",
-             f"| {s['recipe']['task_pool'] or 8} training games | {t['initial']:.3f} | {t['final']:.3f} | |", "",
-             f"{s['iterations']} iterations, {sp['per_iteration']:.0f} s per iteration on average: "
+             f"| {t['games']} training games ({h['episodes_per_game']} episodes each) | {t['initial']:.3f} | "
+             f"{t['final']:.3f} | {t['paired_change']:+.3f} +- {t['paired_change_ci95']:.3f} |", "",
+             f"{s['iterations']} iterations, {sp['per_iteration']:.0f} s per iteration on average (the first 10 "
+             "ran before the update reused the frozen blocks' output and the rollout prefilled each distinct "
+             "prompt once: docs/llm.md): "
              f"{sp['decode'] / sp['iterations_total']:.0%} decoding replies, {sp['env'] / sp['iterations_total']:.0%} "
              f"stepping games, {sp['update_and_rest'] / sp['iterations_total']:.0%} the update and the rest "
              "(`experiments/results/llm_textworld/summary.json`)."]
@@ -70,12 +73,13 @@ def llm_run() -> str:
     lines += [f"| {i} | {v:.3f} |" for i, v in zip(h["evaluated_at"], h["success_at"])]
     mean = lambda rows, k: sum(r[k] for r in rows if k in r) / max(1, sum(k in r for r in rows))
     first, last = curve[:10], curve[-10:]
-    lines += ["", "| iterations | training success | invalid-command rate | reply tokens | turns per episode |",
-              "|---|---:|---:|---:|---:|"]
+    lines += ["", "| iterations (means) | training success (sampled) | invalid-command rate | reply tokens | "
+              "turns per episode | seconds per iteration |", "|---|---:|---:|---:|---:|---:|"]
     for label, rows in ((f"{first[0]['iteration']}-{first[-1]['iteration']}", first),
                         (f"{last[0]['iteration']}-{last[-1]['iteration']}", last)):
         lines.append(f"| {label} | {mean(rows, 'success_rate'):.3f} | {mean(rows, 'invalid_rate'):.3f} | "
-                     f"{mean(rows, 'reply_tokens'):.1f} | {mean(rows, 'episode_length'):.2f} |")
+                     f"{mean(rows, 'reply_tokens'):.1f} | {mean(rows, 'episode_length'):.2f} | "
+                     f"{mean(rows, 'step_time'):.1f} |")
     compiles = [r["rollout/compiles"] for r in curve if "rollout/compiles" in r]
     lines += ["", f"Sampling programs compiled by the last process: {compiles[-1]:.0f} (one per prompt bucket and "
               "power of two of distinct prompts met). Starts of the run: " + "; ".join(s["starts"]) + ".",
