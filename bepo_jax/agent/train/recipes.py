@@ -17,7 +17,7 @@ Gated-BEPO credit per turn; 2 games x 4 episodes of at most 4 turns per iteratio
 temperature 0.7, one earlier turn in the chat, replies of at most 24 tokens; PPO (2
 minibatches of 4 micro-batches) on the top 2 of its 30 blocks at learning rate 2e-5; 40
 iterations, 12 held-out games at iterations 0, 20 and 40, a checkpoint every 2 iterations
-(an iteration takes about 100 s on a 2-core CPU: docs/llm.md).
+(an iteration takes 30-60 s on a 2-core CPU: docs/llm.md).
 """
 
 from __future__ import annotations
