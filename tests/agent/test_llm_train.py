@@ -15,7 +15,8 @@ import pytest
 from bepo_jax.agent.train import RunConfig, read_metrics
 from bepo_jax.cli import main
 
-TIMES = ("step_time", "env_steps_per_s", "rollout/decode_s", "rollout/env_s", "rollout/compiles")
+TIMES = ("step_time", "env_steps_per_s", "rollout/decode_s", "rollout/env_s", "rollout/compiles", "update_s",
+         "rollout/reply_tokens_per_s")  # wall-clock numbers (and compiles: a new process compiles again)
 
 
 def _flags(model_dir, iterations=4):
