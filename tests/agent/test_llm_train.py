@@ -108,3 +108,19 @@ def test_held_out_games_differ_in_content_from_the_training_games(tmp_path):
     taken = {game_signature(p) for p in generate_games(20, tmp_path, seed=run._seed)}
     with pytest.raises(ValueError, match="too small"):
         disjoint_games(1, tmp_path, seed=run._seed, exclude=taken)
+
+
+@pytest.mark.parametrize("trained", [{"train_layers": 1}, {"lora_rank": 2, "lora_targets": "q_proj,down_proj"}])
+def test_the_kl_reference_is_the_initial_policy(tiny_chat_dir, trained):
+    # one minibatch, one epoch: the update's metrics are taken at the initial parameters, where the k3 KL
+    # to the reference (the initial policy, recomputed in the update) is 0 and the PPO ratio is 1
+    from bepo_jax.agent.train.llm_setup import LLMSetup
+
+    cfg = RunConfig(env="sokoban", model=str(tiny_chat_dir), groups=2, group_size=2, max_steps=2, task_pool=3,
+                    eval_tasks=1, constrained=False, max_reply=6, kl_coef=0.5, num_minibatches=1, ppo_epochs=1,
+                    temperature=0.8, **trained)
+    setup = LLMSetup(cfg)
+    state, m = setup.iterate(setup.init_state(), 1)
+    assert abs(m["kl_ref"]) < 1e-6 and abs(m["approx_kl"]) < 1e-6 and m["clip_frac"] == 0.0
+    state, m = setup.iterate(state, 2)  # after an update at learning rate 3e-3 the policy has moved
+    assert m["kl_ref"] > 0.0
