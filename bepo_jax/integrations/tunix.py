@@ -606,6 +606,13 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
                                f"this integration expects one ({tunix_compat.SUPPORTED}).")
         ex = examples[0]
         totals = self._local.rewards
+        reward_fns = getattr(getattr(self, "reward_manager", None), "reward_fns", None)
+        if totals is None and reward_fns:  # Tunix did not score this batch with reward_fns: say so, count it
+            self._warn_once("reward_fns_unscored", "StepCreditGRPOLearner: Tunix built this batch without calling "
+                            "_compute_rewards, so the reward_fns share of the reward is not in the step credit (the "
+                            "environment's rewards alone are); bepo/reward_fns_unscored counts such batches.")
+        self._engine.buffer_metrics_async({"bepo/reward_fns_unscored": (float(totals is None and bool(reward_fns)),
+                                                                        np.mean)}, mode=mode, step=expected_step)
         credits = self.step_credit(trajectories, groups, None if totals is None else list(totals))
         mask = np.asarray(ex.completion_mask)
         adv = np.zeros(mask.shape, np.float32)

@@ -458,3 +458,24 @@ def test_metric_fns_see_the_step_credit_the_loss_uses(trained):
     on = mask != 0
     np.testing.assert_allclose(per_seq, (adv * on).sum(-1) / np.maximum(on.sum(-1), 1), rtol=1e-6)
     assert per_seq.shape == rewards.shape  # the shape Tunix passes
+
+
+def test_a_batch_tunix_did_not_score_with_reward_fns_is_said_and_counted(trained, caplog):
+    # a Tunix path that builds the batch without our _compute_rewards hook: the reward_fns share cannot be
+    # in the step credit; the learner says so once and counts the batch, instead of dropping it silently
+    cluster, learner, calls, _, _ = trained
+    hist = cluster._rl_metrics_logger.get_metric_history("bepo", "reward_fns_unscored", "train")
+    assert len(hist) >= 1 and not np.asarray(hist).any()  # the training batches were scored
+    kept, buffered = list(learner.credit_log), []
+    engine = learner._engine
+    learner._compute_rewards = lambda *a, **k: agentic_grpo_learner.GRPOLearner._compute_rewards(learner, *a, **k)
+    engine.buffer_metrics_async = lambda metrics, **k: buffered.append(metrics)
+    try:
+        with caplog.at_level("WARNING"):
+            learner._process_results(calls[0][0], rl_cluster_lib.Mode.TRAIN, None)
+    finally:
+        del learner._compute_rewards, engine.buffer_metrics_async
+        learner.credit_log.clear()
+        learner.credit_log.extend(kept)
+    assert "reward_fns share of the reward is not in the step credit" in caplog.text
+    assert [m["bepo/reward_fns_unscored"][0] for m in buffered if "bepo/reward_fns_unscored" in m] == [1.0]
