@@ -7,6 +7,7 @@ Modules, each importing only the ones listed before it:
     report     intervals (mean_ci, paired_change, paired_combination), trailing means, iterations_to, run_summary
     plots      draw_curve / plot_curve (one run), plot_comparison (estimators x seeds)
     setup      Setup: environment, policy, trainer; the iteration as pure functions; evaluation
+    llm_setup  LLMSetup: the same for a pretrained chat model (chat rollouts, LoRA / top blocks)
     multiseed  SeedBatch: S seeds vmapped into one program (run axis, shardable)
     rundir     the run directory: config.json, metrics.jsonl, TensorBoard, summary.json
     loop       train (one run), train_seeds (seeds as one program), load_run
