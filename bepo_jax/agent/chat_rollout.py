@@ -28,8 +28,9 @@ two, so the compiled programs are one per (prompt bucket, power of two) met
 and its output is dropped.
 
 States for the estimators: the observation text, hashed (``hash_observations``); with
-``state_with_commands`` the admissible commands too (as verl-agent's ALFWorld anchor). The texts also travel as bytes (``Rollout.obs_tokens``), so
-similar states can be merged before the estimator (``credit.similarity``; ``RunConfig.similarity``).
+``state_with_commands`` the admissible commands too (as verl-agent's ALFWorld anchor). The
+texts also travel as bytes (``Rollout.obs_tokens``), so similar states can be merged before the
+estimator (``credit.similarity``; ``RunConfig.similarity``).
 The turn sequences are re-padded on the left to the longest prompt of the iteration:
 ``Rollout.tokens`` [B, K, T, P + R], the reply tokens (through the end-of-turn token) in
 ``response_mask`` — the loss covers exactly them. When the model records its frozen blocks'
@@ -195,8 +196,8 @@ class ChatRollout:
         self.pad = int(self.tok.pad_id)
         context = pretrained.config.context
         if config.max_prompt + config.max_reply > context:
-            raise ValueError(f"ChatRolloutConfig: max_prompt={config.max_prompt} + max_reply={config.max_reply} exceeds "
-                             f"the model's context of {context} tokens; lower max_prompt.")
+            raise ValueError(f"ChatRolloutConfig: max_prompt={config.max_prompt} + max_reply={config.max_reply} "
+                             f"exceeds the model's context of {context} tokens; lower max_prompt.")
         self.envs: list = []
         self.episodes: list[list[dict]] = []
         self.timing = {"decode_s": 0.0, "env_s": 0.0}

@@ -79,7 +79,7 @@ class Rollout(NamedTuple):
     tokens: Int[Array, "B K T L"]             # prompt + response
     mask: Bool[Array, "B K T L"]              # real tokens
     response_mask: Bool[Array, "B K T L"]     # the sampled response tokens (through EOS)
-    old_logp: Float[Array, "B K T L"]         # log pi(token) at sampling time, temperature 1
+    old_logp: Float[Array, "B K T L"]         # log pi(token) at sampling time (1 / the chat sampling temperature)
     actions: Int[Array, "B K T"]              # parsed action, -1 = invalid
     success: Bool[Array, "B K"]
     hidden: Optional[Float[Array, "B K T L W"]] = None  # the frozen blocks' output (chat rollouts, top-N training)
