@@ -13,8 +13,6 @@ with its commit in ``experiments/results/llm_confirmatory/log.jsonl``.
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -25,7 +23,7 @@ from bepo_jax.agent.train.recipes import recipe
 from bepo_jax.agent.train.rundir import is_finished_run_of
 
 from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines
-from .confirmatory import decision, holm, paired_test
+from .confirmatory import _events, _log, decision, holm, paired_test
 from .readme_tables import points, size_verdict
 
 NAME = "llm_confirmatory"
@@ -52,12 +50,6 @@ def run_dir(arm: str, seed: int, out: Path = OUT) -> Path:
     return out / f"{arm}_s{seed}"
 
 
-def _log(**event) -> None:
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS_DIR / "log.jsonl", "a") as f:
-        f.write(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), **event}) + "\n")
-
-
 def run(out: Path = OUT, seeds=SEEDS, arms=ARMS) -> None:
     """Every (seed, arm) in order, seed by seed (so a stopped test holds whole seeds first); finished
     runs are skipped, a started one resumes."""
@@ -68,9 +60,9 @@ def run(out: Path = OUT, seeds=SEEDS, arms=ARMS) -> None:
                 continue
             resume = (d / "config.json").exists()
             done = max((r["iteration"] for r in read_metrics(d)), default=0) if resume else 0
-            _log(event="start", arm=arm, seed=seed, commit=git_commit(), resume_after=done if resume else None)
+            _log(RESULTS_DIR, event="start", arm=arm, seed=seed, commit=git_commit(), resume_after=done if resume else None)
             train(cfg, d, resume=resume, progress=False)
-            _log(event="finish", arm=arm, seed=seed, commit=git_commit())
+            _log(RESULTS_DIR, event="finish", arm=arm, seed=seed, commit=git_commit())
 
 
 def _final(d: Path) -> Optional[dict]:
@@ -102,7 +94,6 @@ def report(out: Path = OUT) -> dict:
         prim = {k: c["test"]["p"] for k, c in contrasts.items() if c["primary"]}
         for k, h in holm(prim).items():
             contrasts[k]["holm"] = {**h, "decision": decision(contrasts[k]["test"], h)}
-    log = RESULTS_DIR / "log.jsonl"
     res = {"command": command(NAME), "protocol": "docs/llm-confirmatory.md", "arms": ARMS, "seeds": SEEDS,
            "overrides": OVERRIDES, "seeds_complete": complete, "family_complete": family_complete,
            "contrasts": contrasts,
@@ -112,7 +103,7 @@ def report(out: Path = OUT) -> dict:
                                 "gated_share": [runs[a][s]["gated_share"] for s in complete],
                                 "hours": sum(r["seconds"] for r in runs[a].values() if r) / 3600} for a in ARMS},
            "curves": {a: [runs[a][s]["train_success"] for s in complete] for a in ARMS},
-           "events": [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else [],
+           "events": _events(RESULTS_DIR),
            "machine": machine()}
     write_json(RESULTS_DIR / "summary.json", res)
     write_lines(RESULTS_DIR / "report.md", _markdown(res))

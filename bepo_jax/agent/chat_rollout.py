@@ -52,6 +52,7 @@ from flax import nnx
 
 from ..credit._config import check_bool, check_choice, check_int, check_range
 from ..credit.hashing import hash_observations
+from .models.generate import left_pad
 from .rollout import Rollout, finish_rollout, sample_responses
 
 FORMATS = ("bare", "tag")
@@ -231,14 +232,6 @@ class ChatRollout:
                                  "context allows it) or shorten the observation.")
             shown = shown[1:]
 
-    def _pad_left(self, rows: list[list[int]], width: int) -> tuple[np.ndarray, np.ndarray]:
-        ids = np.full((len(rows), width), self.pad, np.int32)
-        mask = np.zeros((len(rows), width), bool)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r):] = r
-            mask[i, width - len(r):] = True
-        return ids, mask
-
     def _distinct(self, rows: list[list[int]], live: np.ndarray, width: int):
         """The distinct prompts of the live rows (the K episodes of a game share their first prompt),
         padded with copies to a power of two (bounded compiles), and each row's index among them
@@ -249,7 +242,7 @@ class ChatRollout:
             expand[i] = index.setdefault(tuple(rows[i]), len(index))
         distinct = [list(r) for r in index] or [rows[0]]
         U = 1 << (len(distinct) - 1).bit_length()
-        ids, mask = self._pad_left(distinct + [distinct[0]] * (U - len(distinct)), width)
+        ids, mask = left_pad(distinct + [distinct[0]] * (U - len(distinct)), width, self.pad)
         return ids, mask, expand
 
     def _table(self, commands: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
@@ -324,10 +317,10 @@ class ChatRollout:
                     penalty[i, t] = cfg.invalid_penalty
                     turn["reward"] = cfg.invalid_penalty
                 episodes[i].append(turn)
+                action_out[i, t] = a
                 done[i] |= t + 1 >= T
             env_s += time.perf_counter() - t1
             valid[:, t] = live
-            action_out[:, t] = np.where(live, [e[-1]["action"] if e else -1 for e in episodes], -1)
             turns.append((rows, np.where(live[:, None], reply_tok, self.pad), reply_mask & live[:, None],
                           np.where(live[:, None] & reply_mask, reply_logp, 0.0), hidden[0] if hidden else None))
             if done.all():
@@ -347,7 +340,7 @@ class ChatRollout:
         hidden = None
         for t, (rows, rtok, rmask, rlogp, hid) in enumerate(turns):
             live = valid[:, t]
-            ids, pm = self._pad_left(rows, P)
+            ids, pm = left_pad(rows, P, self.pad)
             tokens[:, t, :P], mask[:, t, :P] = ids, pm & live[:, None]
             tokens[:, t, P:], mask[:, t, P:] = rtok, rmask
             resp[:, t, P:], logp[:, t, P:] = rmask, rlogp

@@ -68,8 +68,9 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
         obs_text, cmds = list(obs_text), [list(c) for c in cmds]
         task = np.zeros((N, task_len), np.int32)
         task_m = np.zeros((N, task_len), bool)
-        for i in range(N) if task_len else ():  # the objective in the character tokenizer's alphabet
-            task[i], task_m[i] = _pad(encode(normalize(getattr(envs[i], "objective", ""))), task_len)
+        if task_len:  # the objective in the character tokenizer's alphabet
+            for i in range(N):
+                task[i], task_m[i] = _pad(encode(normalize(getattr(envs[i], "objective", ""))), task_len)
         hh = max(h, 1)
         h_obs = np.zeros((N, hh, S), np.int32)
         h_obs_m = np.zeros((N, hh, S), bool)

@@ -18,6 +18,18 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+def left_pad(rows: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token rows right-aligned in ``width`` columns, ``pad_id`` before them: int32 ids and the
+    bool mask of the real tokens, each [len(rows), width] (positions count real tokens, so a
+    left-padded prompt gives the logits of the prompt alone)."""
+    ids = np.full((len(rows), width), pad_id, np.int32)
+    mask = np.zeros((len(rows), width), bool)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):] = np.asarray(r, np.int32)
+        mask[i, width - len(r):] = True
+    return ids, mask
+
+
 @partial(jax.jit, static_argnames=("graphdef", "max_tokens", "greedy"))
 def _decode(graphdef, state, prompts, mask, stop, key, temperature, *, max_tokens: int, greedy: bool):
     model = nnx.merge(graphdef, state)
@@ -62,11 +74,7 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_tokens: int = 64, t
             raise ValueError(f"generate: a prompt of {longest} tokens plus max_tokens={max_tokens} exceeds the model's "
                              f"context of {context} tokens; shorten the prompt or lower max_tokens.")
         P = min(P, context - max_tokens)
-    tokens = np.full((len(prompts), P), pad_id, np.int32)
-    mask = np.zeros((len(prompts), P), bool)
-    for i, p in enumerate(prompts):
-        tokens[i, P - len(p):] = np.asarray(p, np.int32)
-        mask[i, P - len(p):] = True
+    tokens, mask = left_pad(prompts, P, pad_id)
     graphdef, state = nnx.split(model)
     stop = jnp.asarray(list(stop_ids) or [-1], jnp.int32)
     toks, valid = _decode(graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), stop, jax.random.key(seed),

@@ -220,14 +220,20 @@ class Trainer:
             self._update = jax.jit(self.update_fn, donate_argnums=(0,), out_shardings=out)
         return self._update(state, self.place_batch(batch))
 
-    def _loss(self, params, mb: UpdateBatch):
-        model = nnx.merge(self.graphdef, params, self.rest)
+    def logprobs(self, model: nnx.Module, tokens, mask, hidden=None):
+        """log pi and the entropy of every token as the loss scores them (traceable): from position
+        ``score_from`` on, at ``temperature``; from the frozen blocks' recorded output ``hidden``
+        (``UpdateBatch.hidden``) when given."""
         start = self.config.score_from
-        logits = (score_logits(model, mb.tokens, mb.mask, start) if mb.hidden is None
-                  else model.score_hidden(mb.hidden, mb.mask, start))
+        logits = (score_logits(model, tokens, mask, start) if hidden is None
+                  else model.score_hidden(hidden, mask, start))
         if self.config.temperature != 1.0:
             logits = logits / self.config.temperature
-        logp, ent = token_logprobs(logits, mb.tokens, start)
+        return token_logprobs(logits, tokens, start)
+
+    def _loss(self, params, mb: UpdateBatch):
+        model = nnx.merge(self.graphdef, params, self.rest)
+        logp, ent = self.logprobs(model, mb.tokens, mb.mask, mb.hidden)
         return ppo_loss(logp, mb.old_logp, mb.advantage, mb.response_mask, self.config.loss, entropy=ent,
                         ref_logp=mb.ref_logp)
 

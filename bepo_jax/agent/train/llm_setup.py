@@ -31,7 +31,6 @@ from ...credit.similarity import SimilarityConfig, merge_similar
 from ..chat_rollout import ChatRollout, ChatRolloutConfig
 from ..envs.registry import is_host_env, make_host_env, make_jax_env
 from ..host_rollout import JaxEnvOnHost
-from ..models.interface import score_logits, token_logprobs
 from ..models.lora import LoRAConfig, add_lora, trainable
 from ..models.pretrained import load_pretrained
 from ..rl.loss import PPOLossConfig
@@ -123,15 +122,10 @@ class LLMSetup(Setup):
         """log pi_ref of every token under the initial parameters (the KL term's reference), at the
         sampling temperature; 0 before the reply (traceable)."""
         L = ro.tokens.shape[-1]
-        start = L - self.rollout_cfg.max_reply - 1
         model = self.trainer.model(TrainState(self._reference, None, None, None))
         flat = lambda x: x.reshape(-1, L)
-        if ro.hidden is None:
-            logits = score_logits(model, flat(ro.tokens), flat(ro.mask), start)
-        else:
-            logits = model.score_hidden(ro.hidden.reshape((-1, L) + ro.hidden.shape[-1:]), flat(ro.mask), start)
-        logits = logits / self.cfg.temperature
-        logp, _ = token_logprobs(logits, flat(ro.tokens), start)
+        hidden = None if ro.hidden is None else ro.hidden.reshape((-1, L) + ro.hidden.shape[-1:])
+        logp, _ = self.trainer_for(L).logprobs(model, flat(ro.tokens), flat(ro.mask), hidden)
         return jax.lax.stop_gradient(jnp.where(flat(ro.response_mask), logp, 0.0)).reshape(ro.tokens.shape)
 
     def _learn(self, state: TrainState, ro: Rollout):
