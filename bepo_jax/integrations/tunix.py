@@ -167,24 +167,33 @@ class _EnvRecorder:
 class StepCollectEngine(trajectory_collect_engine.TrajectoryCollectEngine):
     """Tunix's collector; in "Token" mode the result also holds ``bepo_turns`` (one ``Turn``
     per model call, its state from ``state_fn(messages, observation)`` taken just before
-    the call) and ``bepo_ending`` (an ``Ending``)."""
+    the call) and ``bepo_ending`` (an ``Ending``).
+
+    A reply that exhausts the response-token budget (``max_response_length``) ends the
+    episode before Tunix records a Step for it, and its tokens never enter the stream. Its
+    model call is still a decision: it becomes a last turn with no tokens and reward 0, and
+    the episode ends "context_limit" (TRUNCATED). Without it, an episode whose first reply
+    blew the budget would have no turn and drop out of its group's statistics."""
 
     def __init__(self, *args, state_fn: Callable[[Sequence[dict], Any], str] = conversation_state, **kwargs):
         super().__init__(*args, **kwargs)
         self._state_fn = state_fn
         self._bepo_states: list[str] = []
+        self._bepo_cut: Optional[str] = None  # the state of a model call cut by the token budget
         self._env_rec = _EnvRecorder(self.env)
 
     async def _reset(self):
         await super()._reset()
-        self._bepo_states = []
+        self._bepo_states, self._bepo_cut = [], None
 
     async def _one_step(self) -> bool:
-        before = len(self.agent.trajectory.steps)
+        before, spent = len(self.agent.trajectory.steps), self._response_token_count
         state = self._state_fn(self.agent.chat_completions, self._env_rec.observation)
         done = await super()._one_step()
         if len(self.agent.trajectory.steps) > before:
             self._bepo_states.append(state)
+        elif self._response_token_count > spent:  # the model replied, the reply exhausted the budget: no Step
+            self._bepo_cut = state
         return done
 
     def _ending(self) -> Ending:
@@ -211,6 +220,8 @@ class StepCollectEngine(trajectory_collect_engine.TrajectoryCollectEngine):
             out["bepo_turns"] = [Turn(s, float(st.reward or 0.0), _len(getattr(st, "assistant_tokens", None)),
                                       _len(getattr(st, "env_tokens", None)))
                                  for s, st in zip(self._bepo_states, steps)]
+            if self._bepo_cut is not None:  # the reply that exhausted the budget: a turn without tokens
+                out["bepo_turns"].append(Turn(self._bepo_cut, 0.0, 0, 0))
             out["bepo_ending"] = self._ending()
             out["bepo_max_steps"] = int(self.max_steps)
         return out

@@ -479,3 +479,63 @@ def test_a_batch_tunix_did_not_score_with_reward_fns_is_said_and_counted(trained
         learner.credit_log.extend(kept)
     assert "reward_fns share of the reward is not in the step credit" in caplog.text
     assert [m["bepo/reward_fns_unscored"][0] for m in buffered if "bepo/reward_fns_unscored" in m] == [1.0]
+
+
+def _play(replies, budget, group_id=7):
+    """One episode per reply list through StepCollectEngine with a stand-in model: reply t of
+    episode k is ``replies[k][t]`` (text, token count); the rest as the learner builds it."""
+    import asyncio
+
+    from tunix.generate import tokenizer_adapter
+    from tunix.rl.rollout import base_rollout
+    from tunix.tests import test_common
+
+    vocab = test_common.MockVocab(mapping_text_to_id={w: i for i, w in enumerate(ta.WORDS)})
+    out = []
+    for k, script in enumerate(replies):
+        calls = iter(script)
+
+        def model_call(messages, env, max_generation_steps=None, **kw):
+            text, n = next(calls)
+            n = min(n, max_generation_steps)  # the sampler stops at the remaining budget
+            return base_rollout.RolloutOutput(text=[text], logits=[None], tokens=[np.arange(n) % 3],
+                                              left_padded_prompt_tokens=None, logprobs=None)
+
+        env = ta.RoomsEnv({}, max_steps=3, group_id=group_id, pair_index=k)
+        eng = bt.StepCollectEngine(ta.ToolObservationAgent(system_prompt=""), env, model_call=model_call,
+                                   max_response_length=budget, tokenizer=tokenizer_adapter.TokenizerAdapter(vocab),
+                                   chat_parser=ta.ChatParser())
+        out.append(TrajectoryItem(pair_index=k, group_id=group_id, start_step=0,
+                                  traj=asyncio.run(eng.collect("Token")), metadata={}))
+    return out
+
+
+def test_an_episode_whose_first_reply_exhausts_the_token_budget_stays_in_its_group(trained):
+    # episodes 0 and 1 reply "right right" twice (room 4: success); 2 and 3 reply with more tokens than the
+    # budget at once: Tunix ends them before any Step. They are failures of the group, not absent from it.
+    ta.RoomsEnv.LOG.clear()
+    items = _play([[("right", 2), ("right", 2)]] * 2 + [[("right", 50)]] * 2, budget=20)
+    assert [len(it.traj["bepo_turns"]) for it in items] == [2, 2, 1, 1]
+    assert [it.traj["bepo_ending"].kind for it in items] == ["env", "env", "context_limit", "context_limit"]
+    assert not ta.RoomsEnv.LOG[(7, 2)] and not ta.RoomsEnv.LOG[(7, 3)]  # the environment never stepped them
+    _, learner, *_ = trained
+    (credit,) = learner.step_credit(items, [[0, 1, 2, 3]])
+    assert credit.outcomes == [SUCCESS, SUCCESS, TRUNCATED, TRUNCATED]
+    # the reference: Gated-BEPO on the environment's own record, the cut episodes as one decision at the
+    # observation the environment had shown at reset
+    start = "task reach room 4 you are in room 2"
+    states = [[s["before"] for s in ta.RoomsEnv.LOG[(7, k)]] for k in (0, 1)] + [[start], [start]]
+    rewards = [[s["reward"] for s in ta.RoomsEnv.LOG[(7, k)]] for k in (0, 1)] + [[0.0], [0.0]]
+    ids, T = {}, 2
+    obs = np.zeros((1, 4, T, 2), np.uint32)
+    reward, mask = np.zeros((1, 4, T), np.float32), np.zeros((1, 4, T), bool)
+    for k in range(4):
+        for t, (s, r) in enumerate(zip(states[k], rewards[k])):
+            obs[0, k, t, 0], reward[0, k, t], mask[0, k, t] = ids.setdefault(s, len(ids) + 1), r, True
+    outcome = np.array([[SUCCESS, SUCCESS, TRUNCATED, TRUNCATED]], np.int32)
+    expect = ref.ref_gated_bepo((obs, reward, mask, outcome, np.zeros_like(reward)), **{**B_DEF, "lam": LAM})["advantage"][0]
+    for k in range(4):
+        np.testing.assert_allclose(credit.advantages[k], expect[k, : len(states[k])], atol=1e-5)
+    assert credit.advantages[0][0] > 0 and credit.advantages[2][0] < 0
+    # the cut reply has no tokens in the stream: nothing is laid on them
+    assert len(items[2].traj["conversation_tokens"]) == 0
