@@ -4,9 +4,10 @@ SmolLM2-135M-Instruct (GGUF, dequantized to float32 by both): prefill (batch 1 a
 tokens), decode with the KV cache (batch 1, 8, 32: 64 new tokens after a 128-token prompt, prefill
 included, as transformers' ``generate`` counts it), one training step (forward + backward of the
 sequence log-likelihood over all parameters, batch 8 x 256), compile times, and memory. bepo_jax
-runs here; transformers (torch CPU, the same thread count) runs in the interpreter ``--torch-python``
-names (an environment with torch 2.13, transformers 5.23, accelerate and gguf: the reference must
-not share an environment with the code it checks) as a subprocess of this run, one row set each.
+runs here; transformers (torch on the CPU with the same thread count, or on the GPU with
+``--torch-device cuda``) runs in the interpreter ``--torch-python`` names (an environment with
+torch, transformers, accelerate and gguf: the reference must not share an environment with the code
+it checks) as a subprocess of this run, one row set each.
 llama.cpp (``llama-cpp-python``) is measured when it imports here; otherwise its row says so.
 
     python -m experiments.bench_llm --torch-python /path/to/venv/bin/python     # ~15 min on 2 cores
@@ -45,30 +46,31 @@ import json, statistics, sys, time
 from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
-gguf, threads, repeats, quick = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+gguf, threads, repeats, quick, device = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]
 torch.set_num_threads(threads)
 t0 = time.perf_counter()
-model = AutoModelForCausalLM.from_pretrained(str(Path(gguf).parent), gguf_file=Path(gguf).name, dtype=torch.float32).eval()
+model = AutoModelForCausalLM.from_pretrained(str(Path(gguf).parent), gguf_file=Path(gguf).name, dtype=torch.float32).eval().to(device)
+sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 rows = [dict(system="transformers", what="load", seconds=time.perf_counter() - t0)]
 g = torch.Generator().manual_seed(0)
 def timed(fn):
-    fn()
+    fn(); sync()
     ts = []
     for _ in range(repeats):
-        t = time.perf_counter(); fn(); ts.append(time.perf_counter() - t)
+        t = time.perf_counter(); fn(); sync(); ts.append(time.perf_counter() - t)
     return statistics.median(ts)
 for b, n in ((1, 256), (8, 256)) + (() if quick else ((1, 512), (8, 512))):
-    ids = torch.randint(0, 49152, (b, n), generator=g)
+    ids = torch.randint(0, 49152, (b, n), generator=g).to(device)
     with torch.no_grad():
         s = timed(lambda: model(ids))
     rows.append(dict(system="transformers", what="prefill", batch=b, tokens=n, seconds=s, tokens_per_s=b * n / s))
 for b in (1, 8, 32):
-    ids = torch.randint(0, 49152, (b, 128), generator=g)
+    ids = torch.randint(0, 49152, (b, 128), generator=g).to(device)
     with torch.no_grad():
         s = timed(lambda: model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64, min_new_tokens=64,
                                          do_sample=False, pad_token_id=2))
     rows.append(dict(system="transformers", what="decode", batch=b, prompt=128, new=64, seconds=s, tokens_per_s=b * 64 / s))
-ids = torch.randint(0, 49152, (8, 256), generator=g)
+ids = torch.randint(0, 49152, (8, 256), generator=g).to(device)
 def step():
     model.zero_grad(set_to_none=True)
     out = model(ids)
@@ -78,6 +80,8 @@ s = timed(step)
 rows.append(dict(system="transformers", what="train_step", batch=8, tokens=256, seconds=s, tokens_per_s=8 * 256 / s))
 hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
 rows.append(dict(system="transformers", what="peak_rss", gib=hwm / 2**20))
+if device.startswith("cuda"):
+    rows.append(dict(system="transformers", what="peak_device_memory", gib=torch.cuda.max_memory_allocated() / 2**30))
 print(json.dumps(dict(rows=rows, torch=torch.__version__, transformers=__import__("transformers").__version__)))
 '''
 
@@ -165,6 +169,7 @@ def main(argv=None) -> int:
     p = parser(__doc__)
     p.add_argument("--torch-python", default=None, help="an interpreter with torch + transformers + gguf")
     p.add_argument("--model", default="smollm2-135m", help="a GGUF file or a fetched model's name")
+    p.add_argument("--torch-device", default="cpu", help="where transformers runs: cpu (the same thread count) or cuda")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
@@ -175,21 +180,22 @@ def main(argv=None) -> int:
     ref = {}
     if args.torch_python:
         r = subprocess.run([args.torch_python, "-c", TORCH_SIDE, str(gguf), str(os.cpu_count()), str(args.repeats),
-                            "1" if args.quick else "0"], capture_output=True, text=True)
+                            "1" if args.quick else "0", args.torch_device], capture_output=True, text=True)
         if r.returncode:
             raise SystemExit(f"the transformers side failed:\n{r.stderr[-3000:]}")
         ref = json.loads(r.stdout.strip().splitlines()[-1])
         rows += ref["rows"]
     rows += llama_cpp_rows(gguf, args.repeats)
     info = dict(command=command("bench_llm"), machine=machine(), model=str(gguf), wall_s=time.perf_counter() - t0,
-                torch=ref.get("torch"), transformers=ref.get("transformers"), rows=rows)
+                torch=ref.get("torch"), transformers=ref.get("transformers"), torch_device=args.torch_device, rows=rows)
     out = Path(args.out)
     write_json(out / "bench_llm.json", info, indent=1)
     m = info["machine"]
     lines = ["# A pretrained model in bepo_jax beside transformers (and llama.cpp)", "",
              f"Command: `{info['command']}`  ",
              f"Machine: {m['platform']}, {m['cpu_count']} CPUs, backend {m['backend']}; jax {m['jax']}; "
-             f"torch {info['torch']}, transformers {info['transformers']} (the same thread count). Model: "
+             f"torch {info['torch']}, transformers {info['transformers']} on {args.torch_device} "
+             f"({'the same thread count' if args.torch_device == 'cpu' else 'the same device'}). Model: "
              f"SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32 by both). Median of {args.repeats} "
              "timed repeats after a first call (bepo_jax: compile time = the first call minus the median).", "",
              "| system | what | batch | tokens | seconds | tokens/s | compile s | note |", "|---|---|---|---|---|---|---|---|"]
