@@ -3,6 +3,7 @@
     python -m experiments.profile_llm                      # both parts
     python -m experiments.profile_llm --part prompts       # only the prompt probe
     python -m experiments.profile_llm --part iteration     # only the iteration profile
+    python -m experiments.profile_llm --part compile       # only the update's compile, two ways
 
 Part ``prompts``: SmolLM2-135M-Instruct, untrained, answers the first turn of 4 TextWorld games
 (quest length 1) 8 times each at temperature 0.7 under each prompt variant (reply format;
@@ -15,6 +16,12 @@ blocks' output the rollout recorded, or running them again; LoRA rank 8 on q and
 blocks; every parameter) and with the reply cut to 12 tokens: seconds of the first iteration
 (compiles included) and the second, split into decoding the replies, stepping the games and the
 rest (advantages and the update), and the peak resident memory of the process so far.
+
+Part ``compile``: the update program of one recipe iteration (advantages, PPO, metrics), compiled
+with the parameters that do not train (and the KL reference, when on) passed as arguments of the
+jitted program (what ``Setup.iterate`` does) and, for comparison, closed over by it, which makes
+them constants of the compiled program: seconds to lower and compile, for the recipe (top 2
+blocks) and for LoRA r8 on q and v of all 30 blocks.
 
 Results: ``experiments/results/llm_profile.json`` and ``.md``.
 """
@@ -94,9 +101,31 @@ def profile_iterations() -> list[dict]:
     return rows
 
 
+def profile_compile() -> list[dict]:
+    rows = []
+    for name in ("top 2 blocks (recipe)", "LoRA r8 q,v (30 blocks)"):
+        setup = _setup(recipe("llm_textworld").replace(**VARIANTS[name]))
+        state = setup.init_state()
+        ro = setup.rollout(state.params, setup.train_tasks[: setup.cfg.groups], jax.random.PRNGKey(0))
+        frozen = setup.frozen_inputs()
+        ways = {"as arguments": lambda: jax.jit(setup._learn).lower(state, ro, frozen),
+                "closed over (constants)": lambda: jax.jit(lambda s, r: setup._learn(s, r, None)).lower(state, ro)}
+        for way, lower in ways.items():
+            t0 = time.perf_counter()
+            lowered = lower()
+            t1 = time.perf_counter()
+            lowered.compile()
+            t2 = time.perf_counter()
+            rows.append({"variant": name, "frozen": way, "lower_s": t1 - t0, "compile_s": t2 - t1,
+                         "hlo_mib": len(lowered.as_text()) / 2**20})
+            print(rows[-1], flush=True)
+        del setup, state, ro
+    return rows
+
+
 def main(argv=None) -> None:
     p = parser(__doc__)
-    p.add_argument("--part", choices=("both", "prompts", "iteration"), default="both")
+    p.add_argument("--part", choices=("both", "prompts", "iteration", "compile"), default="both")
     args = p.parse_args(argv)
     path = RESULTS / "llm_profile.json"
     import json
@@ -106,7 +135,11 @@ def main(argv=None) -> None:
         res["prompts"] = probe_prompts()
     if args.part in ("both", "iteration"):
         res["iteration"] = profile_iterations()
-    res.update(command=command(NAME), machine=machine())
+    if args.part == "compile":  # its own command and machine: the other parts may come from another run
+        res["compile"] = profile_compile()
+        res.update(compile_command=command(NAME), compile_machine=machine())
+    else:
+        res.update(command=command(NAME), machine=machine())
     write_json(path, res)
     write_lines(RESULTS / "llm_profile.md", markdown(res))
 
@@ -127,6 +160,13 @@ def markdown(res: dict) -> list[str]:
         lines += [f"| {r['variant']} | {r['trained_parameters']:,} | {r['first']['seconds']:.1f} | "
                   f"{r['second']['seconds']:.1f} | {r['second']['decode_s']:.1f} | {r['second']['env_s']:.1f} | "
                   f"{r['second']['update_s']:.1f} | {r['peak_rss_gib']:.1f} |" for r in res["iteration"]]
+    if "compile" in res:
+        m = res["compile_machine"]
+        lines += ["", f"`{res['compile_command']}` on {m['cpu_count']} CPUs ({m['processor'] or 'cpu'}):", "",
+                  "| trained | frozen parameters in the update program | lower (s) | compile (s) | HLO text (MiB) |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {r['variant']} | {r['frozen']} | {r['lower_s']:.1f} | {r['compile_s']:.1f} | {r['hlo_mib']:.1f} |"
+                  for r in res["compile"]]
     return lines
 
 

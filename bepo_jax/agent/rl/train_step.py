@@ -218,7 +218,7 @@ class Trainer:
             if self.mesh is not None:
                 out = (jax.tree_util.tree_map(lambda x: x.sharding, state), None)
             self._update = jax.jit(self.update_fn, donate_argnums=(0,), out_shardings=out)
-        return self._update(state, self.place_batch(batch))
+        return self._update(state, self.place_batch(batch), self.rest)
 
     def logprobs(self, model: nnx.Module, tokens, mask, hidden=None):
         """log pi and the entropy of every token as the loss scores them (traceable): from position
@@ -231,8 +231,8 @@ class Trainer:
             logits = logits / self.config.temperature
         return token_logprobs(logits, tokens, start)
 
-    def _loss(self, params, mb: UpdateBatch):
-        model = nnx.merge(self.graphdef, params, self.rest)
+    def _loss(self, params, mb: UpdateBatch, rest=None):
+        model = nnx.merge(self.graphdef, params, self.rest if rest is None else rest)
         logp, ent = self.logprobs(model, mb.tokens, mb.mask, mb.hidden)
         return ppo_loss(logp, mb.old_logp, mb.advantage, mb.response_mask, self.config.loss, entropy=ent,
                         ref_logp=mb.ref_logp)
@@ -242,8 +242,12 @@ class Trainer:
             return jnp.sum(mb.response_mask).astype(jnp.float32)
         return jnp.sum(jnp.any(mb.response_mask, axis=-1)).astype(jnp.float32)
 
-    def update_fn(self, state: TrainState, batch: UpdateBatch):
-        """The pure update (traceable: call it inside a larger jitted program)."""
+    def update_fn(self, state: TrainState, batch: UpdateBatch, rest=None):
+        """The pure update (traceable: call it inside a larger jitted program). ``rest``: the
+        parameters that do not train (``Trainer.rest``; default this trainer's own). Inside a jitted
+        program pass them as an argument of that program: a closed-over ``rest`` becomes constants
+        of the compiled program (a pretrained model's frozen weights: minutes of compile time and a
+        second copy in memory)."""
         cfg = self.config
         N = batch.tokens.shape[0]
         M, A = cfg.num_minibatches, cfg.grad_accum
@@ -256,7 +260,7 @@ class Trainer:
 
             def micro(acc, inp):
                 m, s = inp
-                (loss, metrics), g = grad_fn(params, m)
+                (loss, metrics), g = grad_fn(params, m, rest)
                 acc = jax.tree_util.tree_map(lambda a, b: a + s * b, acc, g)
                 return acc, (loss, metrics)
 

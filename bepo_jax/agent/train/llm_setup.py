@@ -25,6 +25,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from ...credit.estimators.registry import get_estimator, make_config
 from ...credit.similarity import SimilarityConfig, merge_similar
@@ -118,23 +119,30 @@ class LLMSetup(Setup):
             self._trainers[P] = Trainer(self.model, cfg, trainable=self._trainable)
         return self._trainers[P]
 
-    def reference_logp(self, ro: Rollout):
+    def frozen_inputs(self):
+        """The frozen parameters (``Trainer.rest``) and the KL reference's parameters: inputs of the
+        jitted update, not constants compiled into it."""
+        return {"rest": self.trainer.rest, "reference": self._reference}
+
+    def reference_logp(self, ro: Rollout, frozen=None):
         """log pi_ref of every token under the initial parameters (the KL term's reference), at the
-        sampling temperature; 0 before the reply (traceable)."""
+        sampling temperature; 0 before the reply (traceable). ``frozen``: ``frozen_inputs()``."""
+        frozen = frozen or self.frozen_inputs()
         L = ro.tokens.shape[-1]
-        model = self.trainer.model(TrainState(self._reference, None, None, None))
+        model = nnx.merge(self.trainer.graphdef, frozen["reference"], frozen["rest"])
         flat = lambda x: x.reshape(-1, L)
         hidden = None if ro.hidden is None else ro.hidden.reshape((-1, L) + ro.hidden.shape[-1:])
         logp, _ = self.trainer_for(L).logprobs(model, flat(ro.tokens), flat(ro.mask), hidden)
         return jax.lax.stop_gradient(jnp.where(flat(ro.response_mask), logp, 0.0)).reshape(ro.tokens.shape)
 
-    def _learn(self, state: TrainState, ro: Rollout):
-        ref = self.reference_logp(ro) if self._reference is not None else None
+    def _learn(self, state: TrainState, ro: Rollout, frozen=None):
+        frozen = frozen or self.frozen_inputs()
+        ref = self.reference_logp(ro, frozen) if self._reference is not None else None
         batch = ro.batch
         if self.cfg.similarity > 0:  # similar state texts merged into one state (credit.similarity)
             batch = merge_similar(batch, ro.obs_tokens, SimilarityConfig(threshold=self.cfg.similarity))
         return self.learn_from(state, ro, self.advantages(batch), trainer=self.trainer_for(ro.tokens.shape[-1]),
-                               ref_logp=ref)
+                               ref_logp=ref, rest=frozen["rest"])
 
     def iterate(self, state: TrainState, it: int):
         """One iteration (``Setup.iterate``) and the rollout's own numbers: reply length (tokens),

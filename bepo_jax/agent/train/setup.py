@@ -95,21 +95,30 @@ class Setup:
         """The estimator's output on a StepBatch (per group: any number of groups)."""
         return self.estimator.kernel(batch, self.est_cfg)
 
-    def _learn(self, state: TrainState, ro: Rollout):
-        """Advantages of the rollout, the update, and the iteration's metrics (traceable)."""
+    def frozen_inputs(self):
+        """The arrays the update reads but does not train, passed to the jitted update as an argument
+        (never closed over, which would compile them in as constants); None here (the character
+        policy trains every parameter)."""
+        return None
+
+    def _learn(self, state: TrainState, ro: Rollout, frozen=None):
+        """Advantages of the rollout, the update, and the iteration's metrics (traceable);
+        ``frozen``: what ``frozen_inputs`` returned."""
         return self.learn_from(state, ro, self.advantages(ro.batch))
 
-    def learn_from(self, state: TrainState, ro: Rollout, out, *, trainer: Optional[Trainer] = None, ref_logp=None):
+    def learn_from(self, state: TrainState, ro: Rollout, out, *, trainer: Optional[Trainer] = None, ref_logp=None,
+                   rest=None):
         """The update and the iteration's metrics given the estimator's output (traceable).
         ``trainer``: another trainer of the same parameters (default the run's); ``ref_logp``
-        [B, K, T, L]: the reference policy's log-probs for the KL term."""
+        [B, K, T, L]: the reference policy's log-probs for the KL term; ``rest``: the parameters
+        that do not train (``Trainer.update_fn``)."""
         adv = to_token_advantages(out.advantage, ro.response_mask)
         L = ro.tokens.shape[-1]
         flat = lambda x: None if x is None else x.reshape(-1, L)
         hidden = None if ro.hidden is None else ro.hidden.reshape((-1, L) + ro.hidden.shape[-1:])
         state, m = (trainer or self.trainer).update_fn(state, UpdateBatch(
             flat(ro.tokens), flat(ro.mask), flat(ro.response_mask), flat(ro.old_logp), flat(adv), flat(ref_logp),
-            hidden))
+            hidden), rest)
         valid = ro.batch.mask
         m = dict(m)
         m["success_rate"] = jnp.mean(ro.success.astype(jnp.float32))
@@ -177,7 +186,7 @@ class Setup:
             ro = self.rollout(state.params, [self.train_tasks[i] for i in idx], k_roll)
             if self._update is None:
                 self._update = jax.jit(self._learn, donate_argnums=(0,))
-            state, m = self._update(state, ro)
+            state, m = self._update(state, ro, self.frozen_inputs())
         return state, {k: float(v) for k, v in jax.device_get(m).items()}
 
     def held_out_tasks(self, n: int):
