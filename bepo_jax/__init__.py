@@ -20,12 +20,12 @@ Data model (``bepo_jax.credit.types``)
     accepted); ``split_key64`` — a 64-bit host key as the two uint32 words of ``obs_key``.
 
 Estimators (``bepo_jax.credit.estimators``; one registry, ``ESTIMATORS``)
-    Host entries ``grpo``, ``gigpo``, ``graphgpo``, ``hgpo``, ``g2po``, ``gated_bepo``,
-    ``bepo_nogate``, ``bepo_mc``, ``bepo_additive``, ``gagpo``, ``confidence_returns`` and
-    their jittable ``*_kernel``; configs ``GRPOConfig``, ``GiGPOConfig``,
-    ``GraphGPOConfig``, ``HGPOConfig``, ``G2POConfig``, ``GatedBEPOConfig``,
+    Host entries ``grpo``, ``gigpo``, ``graphgpo``, ``hgpo``, ``g2po``, ``g2po_abstract``,
+    ``gated_bepo``, ``bepo_nogate``, ``bepo_mc``, ``bepo_additive``, ``gagpo``,
+    ``confidence_returns`` and their jittable ``*_kernel``; configs ``GRPOConfig``, ``GiGPOConfig``,
+    ``GraphGPOConfig``, ``HGPOConfig``, ``G2POConfig``, ``G2POAbstractConfig``, ``GatedBEPOConfig``,
     ``GAGPOConfig``, ``ConfidenceConfig``; outputs ``GRPOOutput``, ``GiGPOOutput``,
-    ``GraphGPOOutput``, ``HGPOOutput``, ``G2POOutput``, ``GatedBEPOOutput``,
+    ``GraphGPOOutput``, ``HGPOOutput``, ``G2POOutput``, ``G2POAbstractOutput``, ``GatedBEPOOutput``,
     ``ConfidenceOutput`` and their ``GraphDiagnostics``. ``compute_advantages`` runs one by
     name; ``register_estimator`` adds one (an ``Estimator`` entry); ``get_estimator``, ``make_config`` and
     ``estimator_settings`` read and validate settings; ``parse_estimator_spec`` reads
@@ -43,11 +43,12 @@ Around the kernels
 
 from ._version import __version__
 from .credit.builders import Trajectory, batch_from_trajectories
-from .credit.estimators import (ESTIMATORS, ConfidenceConfig, Estimator, G2POConfig, GAGPOConfig, GatedBEPOConfig,
+from .credit.estimators import (ESTIMATORS, ConfidenceConfig, Estimator, G2POAbstractConfig, G2POConfig, GAGPOConfig, GatedBEPOConfig,
                                 GiGPOConfig, GraphGPOConfig, GRPOConfig, HGPOConfig, bepo_additive,
                                 bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate, bepo_nogate_kernel,
                                 compute_advantages, confidence_features, confidence_loss, confidence_returns,
-                                confidence_returns_kernel, estimator_settings, g2po, g2po_kernel, gagpo, gagpo_kernel,
+                                confidence_returns_kernel, estimator_settings, g2po, g2po_abstract,
+                                g2po_abstract_kernel, g2po_kernel, gagpo, gagpo_kernel,
                                 gated_bepo, gated_bepo_kernel, get_estimator, gigpo, gigpo_kernel, graphgpo,
                                 graphgpo_kernel, grpo, grpo_kernel, hgpo, hgpo_kernel, make_config, max_states_for,
                                 parse_estimator_spec, register_estimator)
@@ -56,7 +57,7 @@ from .credit.similarity import SimilarityConfig, merge_similar
 from .credit.tokens import to_token_advantages
 from .credit.types import (DROPPED, FAILURE, INVALID_FLAGS, INVALID_MASK, INVALID_OUTCOME, INVALID_PENALTY,
                            INVALID_SCALE, INVALID_VALUE, SCALE_LIMIT, SINGLE_TRAJECTORY, SUCCESS, TRUNCATED,
-                           ConfidenceOutput, G2POOutput, GatedBEPOOutput, GiGPOOutput, GraphDiagnostics,
+                           ConfidenceOutput, G2POAbstractOutput, G2POOutput, GatedBEPOOutput, GiGPOOutput, GraphDiagnostics,
                            GraphGPOOutput, GRPOOutput, HGPOOutput, StepBatch, check_batch, group_flags, sanitize,
                            split_key64)
 from .integrations.rows import RowIndex, from_rows, to_rows
@@ -73,6 +74,7 @@ __all__ = [
     "graphgpo", "graphgpo_kernel", "GraphGPOConfig", "GraphGPOOutput",
     "hgpo", "hgpo_kernel", "HGPOConfig", "HGPOOutput",
     "g2po", "g2po_kernel", "G2POConfig", "G2POOutput",
+    "g2po_abstract", "g2po_abstract_kernel", "G2POAbstractConfig", "G2POAbstractOutput",
     "gated_bepo", "gated_bepo_kernel", "GatedBEPOConfig", "GatedBEPOOutput", "GraphDiagnostics",
     "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
     "gagpo", "gagpo_kernel", "GAGPOConfig",

@@ -340,7 +340,74 @@ def ref_gagpo(batch_np, *, gamma, lam, w, norm, weighting, std, eps):
     return adv
 
 
-def ref_g2po(batch_np, *, gamma, beta_g, beta_e, unit, norm, weighting, std, eps):
+def ref_g2po(batch_np, *, gamma=0.95, w=1.0, norm="mean", eps=1e-6, success_value=None):
+    """G2PO as its authors' code computes it (Nala-YN/G2PO, g2po/core_g2po.py), rewritten row by row
+    in float64 from that code's three functions, one group at a time: rows are the valid steps in
+    trajectory order; ``episode_norm_reward`` over the rows' scores R + p (one row: mean 0, std 1);
+    ``compute_group_aggregation_values``: rows grouped by their observation, a group's score the
+    mean of gamma^(L - t) R over its rows, the next group of a trajectory's last row the success
+    sentinel (value R of a SUCCESS trajectory, or ``success_value``) or the failure sentinel (0);
+    ``compute_step_level_advantage``: component 1 within each state's rows (next score + p, only
+    states with more than one row), component 2 over all rows (next score - own score).
+    Degenerate cases as the estimator documents them: c2 = 0 for a group of one row."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    out = np.zeros((B, K, T))
+
+    def centre(values):
+        mu = sum(values) / len(values)
+        sd = _std(values, 1)
+        if max(values) == min(values):  # equal values centre to exactly 0
+            return [0.0] * len(values)
+        return [v - mu if norm == "mean" else (v - mu) / (sd + eps) for v in values]
+
+    for b in range(B):
+        L = lengths(mask[b])
+        rows = [(k, t) for k in range(K) for t in range(L[k])]
+        if not rows:
+            continue
+        R = {k: float(sum(float(x) for x in reward[b, k, : L[k]])) for k in range(K)}
+        p = {(k, t): float(penalty[b, k, t]) for k, t in rows}
+        # episode term
+        scores = [R[k] + p[(k, t)] for k, t in rows]
+        if len(scores) == 1:
+            mu, sd = 0.0, 1.0
+        else:
+            mu, sd = sum(scores) / len(scores), _std(scores, 1)
+        episode = {row: (sc - mu if norm == "mean" else (sc - mu) / (sd + eps)) for row, sc in zip(rows, scores)}
+        # group aggregation values
+        group_of, members, total = {}, defaultdict(list), defaultdict(float)
+        for k, t in rows:
+            g = group_of.setdefault(tuple(obs[b, k, t]), len(group_of))
+            members[g].append((k, t))
+            total[g] += gamma ** (L[k] - t) * R[k]
+        score = {g: total[g] / len(members[g]) for g in members}
+        SUCCESS_G, FAILURE_G = "success", "failure"
+        nxt = {}
+        for k, t in rows:
+            if t + 1 < L[k]:
+                nxt[(k, t)] = group_of[tuple(obs[b, k, t + 1])]
+            else:
+                nxt[(k, t)] = SUCCESS_G if int(outcome[b, k]) == 0 else FAILURE_G
+        def value(g, k):
+            if g == SUCCESS_G:
+                return R[k] if success_value is None else float(success_value)
+            return 0.0 if g == FAILURE_G else score[g]
+        # component 1: within each state's rows
+        c1 = defaultdict(float)
+        for g, rs in members.items():
+            if len(rs) > 1:
+                for row, v in zip(rs, centre([value(nxt[r], r[0]) + p[r] for r in rs])):
+                    c1[row] = v
+        # component 2: over all rows
+        gains = [value(nxt[r], r[0]) - score[group_of[tuple(obs[b, r[0], r[1]])]] for r in rows]
+        c2 = dict(zip(rows, centre(gains))) if len(rows) > 1 else defaultdict(float)
+        for r in rows:
+            out[b, r[0], r[1]] = episode[r] + w * (c1[r] + c2[r])
+    return out
+
+
+def ref_g2po_abstract(batch_np, *, gamma, beta_g, beta_e, unit, norm, weighting, std, eps):
     """G2PO from its definition (docs/estimators.md, G2PO): V(s) = mean of the discounted returns
     of the records at s (V(END) = 0); an edge (s, s') has TD error mean(r) + gamma V(s') - V(s)
     (``unit="edge"``; the record's own r under ``"record"``); the TD errors are standardised over

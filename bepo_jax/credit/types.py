@@ -397,7 +397,24 @@ class GraphGPOOutput:
 
 @_pytree
 class G2POOutput:
-    """G2PO output (docs/estimators.md, G2PO): ``advantage`` = beta_G ``a_graph`` + beta_E
+    """G2PO's output as its authors' code computes it (docs/estimators.md, G2PO): ``advantage`` =
+    ``a_episode`` + w (``c1`` + ``c2``); ``a_step`` = ``c1`` + ``c2``; ``value`` = V(s_i), the state's
+    mean of gamma^(L - t) R over its rows; ``value_next`` = V of the row's next state (the
+    success value or 0 after the last step); all float32 [B, K, T]."""
+
+    advantage: PerRecord
+    a_episode: PerRecord
+    a_step: PerRecord
+    c1: PerRecord
+    c2: PerRecord
+    value: PerRecord
+    value_next: PerRecord
+    diagnostics: GraphDiagnostics
+
+
+@_pytree
+class G2POAbstractOutput:
+    """The abstract-based G2PO's output (``g2po_abstract``): ``advantage`` = beta_G ``a_graph`` + beta_E
     ``a_episode``; ``td`` = the TD error of the record's edge, r + gamma V(s') - V(s), before the
     graph-wide standardisation; ``value`` = V(s_i), the mean discounted return of the records at
     the record's state (all float32 [B, K, T]); ``num_edges`` = distinct (s, s') edges per group [B]."""

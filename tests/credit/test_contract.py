@@ -123,7 +123,7 @@ def test_trajectory_weighting_equal_returns_with_a_penalty_does_not_blow_up():
                                   Trajectory(["a", "c"], [0, 1.0], SUCCESS)]])
     adv = np.asarray(bj.grpo(b, GRPOConfig(weighting="trajectory")).advantage)[0]
     np.testing.assert_allclose(adv, [[-0.1, 0.0], [0.0, 0.0]], atol=1e-7)  # A = penalty, not penalty / eps
-    for name in ("gigpo", "graphgpo", "gated_bepo", "gagpo", "g2po"):
+    for name in ("gigpo", "graphgpo", "gated_bepo", "gagpo", "g2po_abstract"):
         out = bj.compute_advantages(name, b, weighting="trajectory", norm="mean_std")
         assert np.abs(np.asarray(out.advantage)).max() < 20, name
 
@@ -167,7 +167,8 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("fields,message,flag", BAD_INPUTS)
-@pytest.mark.parametrize("name", ["grpo", "gigpo", "graphgpo", "gated_bepo", "gagpo", "g2po", "confidence_returns"])
+@pytest.mark.parametrize("name", ["grpo", "gigpo", "graphgpo", "gated_bepo", "gagpo", "g2po", "g2po_abstract",
+                                  "confidence_returns"])
 def test_invalid_input_raises_on_the_host_and_is_dropped_and_flagged_inside_jit(fields, message, flag, name):
     bad = _bad(**fields)
     good = _bad()

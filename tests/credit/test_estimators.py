@@ -269,7 +269,8 @@ ESTIMATORS = [
     (bj.grpo, GRPOConfig()),
     (bj.gigpo, GiGPOConfig(norm="mean_std")),
     (bj.hgpo, HGPOConfig(base_group=True)),
-    (bj.g2po, bj.G2POConfig()),
+    (bj.g2po, bj.G2POConfig(norm="mean_std")),
+    (bj.g2po_abstract, bj.G2POAbstractConfig()),
     (bj.gated_bepo, GatedBEPOConfig(gamma=0.9, tol=1e-7, max_iters=5000)),
     (bj.gated_bepo, GatedBEPOConfig(solver="sparse", gate_on="reward_successor", weighting="trajectory")),
 ]

@@ -1,4 +1,8 @@
-"""G2PO: group-graph policy optimisation (Wang et al. 2026, arXiv 2606.22995; docs/estimators.md, G2PO).
+"""G2PO as reconstructed from its abstract alone (``g2po_abstract``; Wang et al. 2026, arXiv 2606.22995).
+
+Kept under this name because stored results (the credit lab, the tabular curves) were computed with
+it before the authors' code was public; ``g2po`` is now the estimator as that code computes it
+(``estimators/g2po.py``). docs/estimators.md, G2PO.
 
 Per group, with edge reward r_i = reward_i + penalty_i and the group's state graph
 (identical observations merged across the K trajectories, END[outcome] sinks):
@@ -38,7 +42,7 @@ from .._config import check_choice, check_int, check_range, pytree_config
 from ..graph import build_graph, dense_ids, gather_node, graph_diagnostics, history_keys
 from ..returns import discounted_returns
 from ..stats import STD_DDOF, masked_moments, scale_deviation, segment_moments
-from ..types import G2POOutput, GraphDiagnostics, StepBatch
+from ..types import G2POAbstractOutput, GraphDiagnostics, StepBatch
 from .common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
 from .registry import register_estimator
 from .grpo import outcome_advantage
@@ -47,8 +51,8 @@ UNITS = ("edge", "record")
 
 
 @pytree_config(static=("norm", "weighting", "std", "history", "unit"))
-class G2POConfig:
-    """G2PO settings (every default [reconstructed] from the paper's abstract; docs/open-choices.md).
+class G2POAbstractConfig:
+    """Abstract-based G2PO settings (every default [reconstructed] from the paper's abstract).
 
     gamma: discount of the returns behind V and of V(s') in the TD error, in [0, 1] (0.95, as GiGPO).
     beta_g: weight of the graph term (1.0).   beta_e: weight of the episode term (1.0).
@@ -71,7 +75,7 @@ class G2POConfig:
     history: int = 0
 
     def __post_init__(self):
-        name = "G2POConfig"
+        name = "G2POAbstractConfig"
         check_range(name, "gamma", self.gamma, lo=0.0, hi=1.0)
         check_range(name, "beta_g", self.beta_g)
         check_range(name, "beta_e", self.beta_e)
@@ -102,7 +106,7 @@ def edge_td(state: Int[Array, "N"], succ: Int[Array, "N"], r: Float[Array, "N"],
     return jnp.where(valid, td, 0.0), jnp.where(valid, rep, 0), num_edges
 
 
-def _group(obs_key, reward, mask, outcome, penalty, config: G2POConfig):
+def _group(obs_key, reward, mask, outcome, penalty, config: G2POAbstractConfig):
     K, T = mask.shape
     n = K * T
     r = jnp.where(mask, reward + penalty, 0.0)
@@ -122,24 +126,24 @@ def _group(obs_key, reward, mask, outcome, penalty, config: G2POConfig):
                              std=config.std, eps=config.eps)
     adv = jnp.where(mask, config.beta_g * a_graph + config.beta_e * a_ep, 0.0)
     diag = GraphDiagnostics(*graph_diagnostics(graph, mask, 0, True))
-    return G2POOutput(advantage=adv, a_graph=a_graph, a_episode=a_ep, td=td.reshape(K, T),
+    return G2POAbstractOutput(advantage=adv, a_graph=a_graph, a_episode=a_ep, td=td.reshape(K, T),
                       value=jnp.where(mask, gather_node(v, graph.state), 0.0), num_edges=num_edges,
                       diagnostics=diag)
 
 
 @with_sanitized_input
-def g2po_kernel(batch: StepBatch, config: G2POConfig) -> G2POOutput:
+def g2po_abstract_kernel(batch: StepBatch, config: G2POAbstractConfig) -> G2POAbstractOutput:
     """The jittable G2PO kernel (no host checks; invalid groups are dropped and flagged)."""
     return stop_gradient(per_group(_group, batch, config))
 
 
-_g2po_jit = jax.jit(g2po_kernel)
+_g2po_jit = jax.jit(g2po_abstract_kernel)
 
 
-@register_estimator("g2po", kernel=g2po_kernel, config=G2POConfig, output=G2POOutput, graph=True,
+@register_estimator("g2po_abstract", kernel=g2po_abstract_kernel, config=G2POAbstractConfig, output=G2POAbstractOutput, graph=True,
                     definition="beta_G A^G + beta_E A^E; A^G = TD errors of edges (s, s') with V = per-state Monte-Carlo "
                                "means, standardised over the group's edges",
-                    source="Wang et al. 2026 (arXiv 2606.22995; reconstructed from its abstract)")
-def g2po(batch: StepBatch, config: G2POConfig = G2POConfig(), *, check: bool = True) -> G2POOutput:
-    """G2PO advantage (docs/estimators.md, G2PO); ``.advantage`` float32 [B, K, T]."""
-    return entry_point(_g2po_jit, batch, config, G2POConfig, check=check)
+                    source="Wang et al. 2026 (arXiv 2606.22995; reconstructed from its abstract before its code was public)")
+def g2po_abstract(batch: StepBatch, config: G2POAbstractConfig = G2POAbstractConfig(), *, check: bool = True) -> G2POAbstractOutput:
+    """The abstract-based G2PO (docs/estimators.md, G2PO); ``.advantage`` float32 [B, K, T]."""
+    return entry_point(_g2po_jit, batch, config, G2POAbstractConfig, check=check)
