@@ -218,9 +218,9 @@ def make_learner(cluster, estimator: str = "gated_bepo", *, reward_fns=(format_b
     budget = L if pretrained is None else PRETRAINED_BUDGET
     if pretrained is not None:
         config.setdefault("system_prompt", SYSTEM)
+    config.setdefault("max_concurrency", 1)
     algo = bt.StepCreditConfig(num_generations=4, num_iterations=1, max_response_length=budget, beta=0.0,
-                               advantage_estimator=estimator, max_concurrency=1, policy_loss_fn=policy_loss_fn,
-                               **config)
+                               advantage_estimator=estimator, policy_loss_fn=policy_loss_fn, **config)
     agent_class, agent_kwargs = ToolObservationAgent, {}
     if agent == "tool":
         agent_class, agent_kwargs = ToolAgent, {"tool_map": {"move": MoveTool}, "tool_parser_name": "qwen"}

@@ -175,12 +175,27 @@ class StepCollectEngine(trajectory_collect_engine.TrajectoryCollectEngine):
     the episode ends "context_limit" (TRUNCATED). Without it, an episode whose first reply
     blew the budget would have no turn and drop out of its group's statistics."""
 
-    def __init__(self, *args, state_fn: Callable[[Sequence[dict], Any], str] = conversation_state, **kwargs):
+    def __init__(self, *args, state_fn: Callable[[Sequence[dict], Any], str] = conversation_state,
+                 repeats: Optional[_Repeats] = None, **kwargs):
         super().__init__(*args, **kwargs)
+        repeats = repeats or _Repeats()  # the learner passes its own: one count per run
         self._state_fn = state_fn
         self._bepo_states: list[str] = []
         self._bepo_cut: Optional[str] = None  # the state of a model call cut by the token budget
         self._env_rec = _EnvRecorder(self.env)
+        call = self.model_call
+
+        def model_call(*args, **kwargs):  # runs in Tunix's executor thread: the identity travels with the call
+            extra = getattr(self.env, "extra_kwargs", {}) or {}
+            ident = (_key_part(extra.get("group_id")), _key_part(extra.get("pair_index")),
+                     len(self.agent.trajectory.steps))
+            _SAMPLING.identity = ident + (repeats.next(ident),)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                _SAMPLING.identity = None
+
+        self.model_call = model_call
 
     async def _reset(self):
         await super()._reset()
@@ -417,16 +432,23 @@ class GroupCredit:
         return "\n".join(lines)
 
 
+_SAMPLING = threading.local()  # the (group, trajectory, turn, repeat) of the model call this thread is making
+
+
 def fresh_sampling_seeds(rl_cluster, seed: int = 0) -> None:
     """Give every rollout call its own sampling key (idempotent).
 
     Tunix's "vanilla" rollout engine samples with ``RolloutConfig.seed`` -- with the default
     ``seed=None`` PRNGKey(0) -- on every call: the trajectories of a group, all started
     from one prompt, come out identical and every group-relative advantage is 0. This
-    wraps that cluster's rollout object so that call i samples with
-    fold_in(PRNGKey(seed), i) on a copy of the config it was given (calls stay concurrent;
-    engines that draw their own randomness, such as vLLM, do not need it).
-    ``StepCreditGRPOLearner`` applies it to the vanilla engine unless ``sampling_seed=None``."""
+    wraps that cluster's rollout object so that each call samples with its own key on a copy
+    of the config it was given (calls stay concurrent; engines that draw their own
+    randomness, such as vLLM, do not need it). A call made by ``StepCollectEngine`` gets
+    fold_in(PRNGKey(seed), group, trajectory, turn, repeat) (repeat: how many earlier episodes
+    had the same group, trajectory and turn), so a run samples the same tokens whatever
+    ``max_concurrency`` and the threads' order; any other call gets fold_in(PRNGKey(seed), i)
+    for the i-th such call. ``StepCreditGRPOLearner`` applies it to the vanilla engine unless
+    ``sampling_seed=None``."""
     import jax
 
     rollout = rl_cluster.rollout
@@ -437,14 +459,41 @@ def fresh_sampling_seeds(rl_cluster, seed: int = 0) -> None:
     count = [0]
 
     def generate_with_fresh_key(prompts, rollout_config, *args, **kwargs):
-        with lock:
-            count[0] += 1
-            i = count[0]
-        config = dataclasses.replace(rollout_config, seed=jax.random.fold_in(jax.random.PRNGKey(seed), i))
-        return generate(prompts, config, *args, **kwargs)
+        key = jax.random.PRNGKey(seed)
+        identity = getattr(_SAMPLING, "identity", None)
+        if identity is None:
+            with lock:
+                count[0] += 1
+                identity = (count[0],)
+        for part in identity:
+            key = jax.random.fold_in(key, part)
+        return generate(prompts, dataclasses.replace(rollout_config, seed=key), *args, **kwargs)
 
     generate_with_fresh_key.bepo_fresh_seeds = True
     rollout.generate = generate_with_fresh_key
+
+
+def _key_part(x) -> int:
+    """A stable 31-bit integer for a group id or trajectory index (ints as they are, anything else by CRC32)."""
+    import zlib
+
+    if isinstance(x, (int, np.integer)) and 0 <= int(x) < 2**31:
+        return int(x)
+    return zlib.crc32(repr(x).encode()) & 0x7FFFFFFF
+
+
+class _Repeats:
+    """How many model calls with one (group, trajectory, turn) came before (thread-safe)."""
+
+    def __init__(self):
+        self._lock, self._seen = threading.Lock(), collections.Counter()
+
+    def next(self, identity: tuple) -> int:
+        with self._lock:
+            n = self._seen[identity]
+            self._seen[identity] += 1
+            return n
+
 
 
 class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
@@ -474,6 +523,7 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
         if outcome_fn is not None and not callable(outcome_fn):
             raise ValueError("StepCreditGRPOLearner: outcome_fn must be callable(trajectory) -> outcome code.")
         self._state_fn = _check_state_fn(state_fn)
+        self._sampling_repeats = _Repeats()  # sampling keys by (group, trajectory, turn, repeat): fresh_sampling_seeds
         self._outcome_fn = outcome_fn
         self._on_credit = on_credit
         self._local = threading.local()
@@ -499,10 +549,10 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
     def _build_orchestrator(self):
         orchestrator = super()._build_orchestrator()
         tunix_compat.check_orchestrator(orchestrator)
-        state_fn = self._state_fn
+        state_fn, repeats = self._state_fn, self._sampling_repeats
 
         def engine(*args, **kwargs):
-            return StepCollectEngine(*args, state_fn=state_fn, **kwargs)
+            return StepCollectEngine(*args, state_fn=state_fn, repeats=repeats, **kwargs)
 
         orchestrator.engine_cls = engine
         return orchestrator

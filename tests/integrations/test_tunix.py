@@ -588,3 +588,27 @@ def test_tunix_tool_agent_drives_the_rooms_and_reads_tool_outputs():
     # the environment's answer came back as a tool output, which the state reads without its call id
     assert agent.chat_completions[-1]["role"] == "tool"
     assert bt.conversation_state(agent.chat_completions, obs) == "tool: Tool returned result: you are in room 4"
+
+
+def _first_step_streams(concurrency):
+    """The token streams of one training step's trajectories, by (group, trajectory)."""
+    ta.RoomsEnv.LOG.clear()
+    cluster = ta.make_cluster(micro_batch=2, steps=1)
+    learner = ta.make_learner(cluster, "gated_bepo", max_concurrency=concurrency)
+    seen = {}
+    process = learner._process_results
+
+    def spy(trajectories, mode, expected_step):
+        for it in trajectories:
+            seen[(it.group_id, it.pair_index)] = tuple(np.asarray(it.traj["conversation_tokens"]).tolist())
+        return process(trajectories, mode, expected_step)
+
+    learner._process_results = spy
+    learner.train(ta.prompts(2, 2))
+    return seen
+
+
+def test_sampling_keys_follow_group_trajectory_and_turn_not_thread_order():
+    one, four = _first_step_streams(1), _first_step_streams(4)
+    assert len(one) == 8 and one == four  # the same tokens for each (group, trajectory), whatever the concurrency
+    assert len(set(one.values())) > 1
