@@ -81,3 +81,13 @@ def engine_of(learner):
 def check_orchestrator(orchestrator) -> None:
     if not hasattr(orchestrator, "engine_cls"):
         _fail("RolloutOrchestrator.engine_cls")
+
+
+def loss_value(out):
+    """The scalar loss of a Tunix policy-loss function's result: 0.1.7 returns (loss, aux); its main
+    branch returns a ``LossOutput`` whose ``primary_loss`` is a ``WeightedMetric`` (``compute()``
+    gives the loss) or an array."""
+    primary = getattr(out, "primary_loss", None)
+    if primary is None:
+        return out[0]
+    return primary.compute() if hasattr(primary, "compute") else primary

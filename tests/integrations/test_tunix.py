@@ -29,6 +29,7 @@ from tunix.rl.agentic.agents.agent_types import TrajectoryItem  # noqa: E402
 
 from bepo_jax.credit import reference as ref  # noqa: E402
 from bepo_jax.integrations import tunix as bt  # noqa: E402
+from bepo_jax.integrations import tunix_compat  # noqa: E402
 from bepo_jax.credit.types import FAILURE, SUCCESS, TRUNCATED  # noqa: E402
 from examples import tunix_agent as ta  # noqa: E402
 
@@ -311,7 +312,8 @@ def test_switching_the_estimator_changes_the_update(trained):
     model = cluster.actor_trainer.model
 
     def grad(example):
-        g = nnx.grad(lambda m: loss(m, example, algo_config=learner.algo_config, pad_id=0, eos_id=2)[0])(model)
+        g = nnx.grad(lambda m: tunix_compat.loss_value(loss(m, example, algo_config=learner.algo_config, pad_id=0,
+                                                            eos_id=2)))(model)
         return np.concatenate([np.ravel(x) for x in jax.tree.leaves(g)])
 
     assert np.linalg.norm(grad(ex) - grad(ex2)) > 1e-6
@@ -612,3 +614,12 @@ def test_sampling_keys_follow_group_trajectory_and_turn_not_thread_order():
     one, four = _first_step_streams(1), _first_step_streams(4)
     assert len(one) == 8 and one == four  # the same tokens for each (group, trajectory), whatever the concurrency
     assert len(set(one.values())) > 1
+
+
+def test_the_loss_is_read_from_either_tunix_form():
+    from types import SimpleNamespace
+
+    assert tunix_compat.loss_value((3.0, {"aux": 1})) == 3.0  # Tunix 0.1.7: (loss, aux)
+    weighted = SimpleNamespace(unreduced_sum=6.0, compute=lambda: 1.5)  # main: LossOutput(primary_loss=WeightedMetric)
+    assert tunix_compat.loss_value(SimpleNamespace(primary_loss=weighted, aux_metrics={})) == 1.5
+    assert tunix_compat.loss_value(SimpleNamespace(primary_loss=2.5, aux_metrics={})) == 2.5
