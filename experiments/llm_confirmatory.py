@@ -52,7 +52,9 @@ def run_dir(arm: str, seed: int, out: Path = OUT) -> Path:
 
 def run(out: Path = OUT, seeds=SEEDS, arms=ARMS) -> None:
     """Every (seed, arm) in order, seed by seed (so a stopped test holds whole seeds first); finished
-    runs are skipped, a started one resumes."""
+    runs are skipped, a started one resumes. Every event logs the commit this process imported its
+    code from (read once, at its start: commits made while it runs do not change its code)."""
+    commit = git_commit()
     for seed in seeds:
         for arm in arms:
             cfg, d = config(arm, seed), run_dir(arm, seed, out)
@@ -60,9 +62,9 @@ def run(out: Path = OUT, seeds=SEEDS, arms=ARMS) -> None:
                 continue
             resume = (d / "config.json").exists()
             done = max((r["iteration"] for r in read_metrics(d)), default=0) if resume else 0
-            _log(RESULTS_DIR, event="start", arm=arm, seed=seed, commit=git_commit(), resume_after=done if resume else None)
+            _log(RESULTS_DIR, event="start", arm=arm, seed=seed, commit=commit, resume_after=done if resume else None)
             train(cfg, d, resume=resume, progress=False)
-            _log(RESULTS_DIR, event="finish", arm=arm, seed=seed, commit=git_commit())
+            _log(RESULTS_DIR, event="finish", arm=arm, seed=seed, commit=commit)
 
 
 def _final(d: Path) -> Optional[dict]:
