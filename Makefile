@@ -11,7 +11,7 @@ VENV312 := .venv312
 # and Tunix (its lock has the tunix extra).
 PY312_TESTS := tests/credit/test_estimators.py tests/credit/test_graph.py tests/credit/test_fixed_point.py tests/credit/test_returns_stats.py \
 	tests/credit/test_contract.py tests/agent/test_rl.py tests/agent/test_rollout.py tests/test_cli_train.py tests/agent/test_multiseed.py \
-	tests/agent/test_byo_env.py tests/credit/test_sharding.py tests/integrations/test_turns.py tests/integrations/test_tunix.py tests/integrations/test_tunix_models.py tests/agent/test_multihost.py \
+	tests/agent/test_byo_env.py tests/credit/test_sharding.py tests/integrations/test_turns.py tests/integrations/test_tunix.py tests/agent/test_tunix_models.py tests/agent/test_multihost.py \
 	tests/test_docs.py tests/test_packaging.py tests/test_xdist_groups.py tests/agent/test_llama.py
 
 .PHONY: install install-py312 train train-llm record-main-job models demo test test-notebooks test-py312 lock lock-py312 clean

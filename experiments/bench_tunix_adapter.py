@@ -15,7 +15,15 @@ measured in one run on the same streams:
   compute_logps_micro_batch_size = 1), padded as the learner pads: power-of-two buckets,
   at least the environment's step limit (30) in turns;
 * ``8 groups / call`` and ``64 groups / call``: Tunix's micro-batched path
-  (compute_logps_micro_batch_size = 8 or the whole step), one bucketed call each.
+  (compute_logps_micro_batch_size = 8 or the whole step), one bucketed call each;
+* ``8 groups / call, similarity``: with similar states merged (``SimilarityConfig()``), and the
+  same with the merge run eagerly (``..., eager merge``: how the adapter ran it before
+  2026-12-04, when its ``while_loop`` compiled on every call);
+* ``8 groups / call, states grow``: the measured steps' states are 4x longer than the warm-up's
+  (a longer observation format, say): the bucketed widths overflow once.
+
+Every bucketed variant records its ``BucketWatch`` (``integrations.turns``): the overflows per
+dimension after warm-up, the way the learner counts them (``bepo/bucket_overflows``).
 
 Reported per variant: estimator calls per step, XLA compilations during the warm-up steps
 and after them (the goal: 0), host time per training step (median and max over the
@@ -30,6 +38,7 @@ experiments/results/bench_tunix_adapter.{json,md}.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import statistics
 import sys
@@ -40,7 +49,8 @@ import jax
 import numpy as np
 
 from bepo_jax.credit.types import FAILURE, SUCCESS, TRUNCATED
-from bepo_jax.integrations.turns import Turn, credit_for_groups, token_advantages
+from bepo_jax.credit.similarity import SimilarityConfig
+from bepo_jax.integrations.turns import BucketWatch, Turn, credit_for_groups, token_advantages
 from experiments.common import ROOT, command, parser, write_json, write_lines
 
 GROUPS, K, MAX_TURNS, L = 64, 8, 30, 4096
@@ -52,12 +62,13 @@ jax.monitoring.register_event_duration_secs_listener(
     lambda event, duration, **kw: _compiles.__setitem__(0, _compiles[0] + (event == "/jax/core/compile/backend_compile_duration")))
 
 
-def make_step(rng: np.random.Generator):
-    """One training step's groups: (turns, outcomes, mask) per group."""
+def make_step(rng: np.random.Generator, repeat: int = 1):
+    """One training step's groups: (turns, outcomes, mask) per group; ``repeat``: each state string
+    written that many times over (longer states, the same graph)."""
     words = ["the", "door", "is", "locked", "you", "see", "a", "key", "on", "table", "north", "south", "lamp", "box"]
     step = []
     for _ in range(GROUPS):
-        pool = [" ".join(rng.choice(words, 40)) for _ in range(12)]
+        pool = [" ".join(rng.choice(words, 40)) * repeat for _ in range(12)]
         turns, outcomes = [], []
         mask = np.zeros((K, L), np.int32)
         for k in range(K):
@@ -86,20 +97,41 @@ def run_before(step):
     return calls
 
 
-def run_batched(step, per_call: int):
+def run_batched(step, per_call: int, watch=None, similarity=None):
     calls = 0
     for at in range(0, len(step), per_call):
         chunk = step[at: at + per_call]
-        adv, _ = credit_for_groups([g[0] for g in chunk], [g[1] for g in chunk], ESTIMATOR,
-                                   min_shape=(1, K, MAX_TURNS))  # as the learner pads: max_steps turns
+        adv, _ = credit_for_groups([g[0] for g in chunk], [g[1] for g in chunk], ESTIMATOR, watch=watch,
+                                   similarity=similarity, min_shape=(1, K, MAX_TURNS))  # the learner's padding
         for (turns, _, mask), a in zip(chunk, adv):
             token_advantages(turns, a, mask)
         calls += 1
     return calls
 
 
-VARIANTS = {"before": run_before, "per group": lambda s: run_batched(s, 1),
-            "8 groups / call": lambda s: run_batched(s, 8), "64 groups / call": lambda s: run_batched(s, GROUPS)}
+@contextlib.contextmanager
+def eager_merge():
+    """The similarity merge as the adapter ran it before 2026-12-04: not jitted."""
+    from bepo_jax.credit.similarity import merge_similar
+    from bepo_jax.integrations import rows
+
+    jitted, rows._merge_similar = rows._merge_similar, merge_similar
+    try:
+        yield
+    finally:
+        rows._merge_similar = jitted
+
+
+# name -> (function of (step, watch), its stream: "same" or "grow"; context)
+VARIANTS = {"before": (lambda s, w: run_before(s), "same", contextlib.nullcontext),
+            "per group": (lambda s, w: run_batched(s, 1, w), "same", contextlib.nullcontext),
+            "8 groups / call": (lambda s, w: run_batched(s, 8, w), "same", contextlib.nullcontext),
+            "64 groups / call": (lambda s, w: run_batched(s, GROUPS, w), "same", contextlib.nullcontext),
+            "8 groups / call, similarity": (lambda s, w: run_batched(s, 8, w, SimilarityConfig()), "same",
+                                            contextlib.nullcontext),
+            "8 groups / call, similarity, eager merge": (lambda s, w: run_batched(s, 8, w, SimilarityConfig()),
+                                                         "same", eager_merge),
+            "8 groups / call, states grow": (lambda s, w: run_batched(s, 8, w), "grow", contextlib.nullcontext)}
 
 
 def main(argv=None) -> int:
@@ -112,24 +144,31 @@ def main(argv=None) -> int:
     warm, steps = (2, 2) if args.quick else (args.warmup, args.steps)
     rng = np.random.default_rng(0)
     stream = [make_step(rng) for _ in range(warm + steps)]
+    streams = {"same": stream, "grow": stream[:warm] + [make_step(np.random.default_rng(1 + i), repeat=4)
+                                                        for i in range(steps)]}
     records = sum(len(tr) for s in stream for g in s for tr in g[0]) / len(stream)
     rows = []
-    for name, fn in VARIANTS.items():
+    for name, (fn, which, context) in VARIANTS.items():
         jax.clear_caches()  # each variant pays its own compilations
-        c0 = _compiles[0]
-        t_warm = time.perf_counter()
-        for s in stream[:warm]:
-            calls = fn(s)
-        t_warm = time.perf_counter() - t_warm
-        c1 = _compiles[0]
-        times = []
-        for s in stream[warm:]:
-            t = time.perf_counter()
-            fn(s)
-            times.append(time.perf_counter() - t)
+        watch, run = BucketWatch(), streams[which]
+        with context():
+            c0 = _compiles[0]
+            t_warm = time.perf_counter()
+            for s in run[:warm]:
+                calls = fn(s, watch)
+            t_warm = time.perf_counter() - t_warm
+            c1 = _compiles[0]
+            warm_calls, warm_over = watch.calls, dict(watch.overflows)
+            times = []
+            for s in run[warm:]:
+                t = time.perf_counter()
+                fn(s, watch)
+                times.append(time.perf_counter() - t)
         rows.append(dict(variant=name, calls_per_step=calls, warmup_compiles=c1 - c0, compiles_after_warmup=_compiles[0] - c1,
                          warmup_s=t_warm, step_ms_mean=1e3 * statistics.mean(times),
-                         step_ms_median=1e3 * statistics.median(times), step_ms_max=1e3 * max(times)))
+                         step_ms_median=1e3 * statistics.median(times), step_ms_max=1e3 * max(times),
+                         overflows={k: v - warm_over.get(k, 0) for k, v in watch.overflows.items()
+                                    if v > warm_over.get(k, 0)} if warm_calls else None))
         print(f"{name:>17}: {calls} calls/step, compiles {c1 - c0} warm-up / {_compiles[0] - c1} after, "
               f"{rows[-1]['step_ms_mean']:.0f} ms/step mean (median {rows[-1]['step_ms_median']:.0f}, max "
               f"{rows[-1]['step_ms_max']:.0f})", flush=True)
@@ -149,13 +188,15 @@ def main(argv=None) -> int:
              f"records per step), streams of up to {L} tokens, {ESTIMATOR}; {warm} warm-up steps, then {steps} "
              "measured steps of fresh groups. Times are host wall time of the credit path only (turns -> estimator "
              "-> per-token advantages), not Tunix's sampling or update.", "",
-             "| variant | estimator calls / step | compilations in warm-up | after warm-up | ms / step (mean) | "
-             "median | max | mean vs before | share of a " + " / ".join(f"{s:.0f} s" for s in ASSUMED_STEP_S) +
-             " step (mean) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| variant | estimator calls / step | compilations in warm-up | after warm-up | bucket overflows "
+             "after warm-up | ms / step (mean) | median | max | mean vs before | share of a " +
+             " / ".join(f"{s:.0f} s" for s in ASSUMED_STEP_S) + " step (mean) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         share = " / ".join(f"{r['step_ms_mean'] / 1e3 / s:.1%}" for s in ASSUMED_STEP_S)
+        over = "" if r["overflows"] is None else (", ".join(f"{k} {v}" for k, v in r["overflows"].items()) or "none")
         lines.append(f"| {r['variant']} | {r['calls_per_step']} | {r['warmup_compiles']} | {r['compiles_after_warmup']} | "
-                     f"{r['step_ms_mean']:.0f} | {r['step_ms_median']:.0f} | {r['step_ms_max']:.0f} | "
+                     f"{over} | {r['step_ms_mean']:.0f} | {r['step_ms_median']:.0f} | {r['step_ms_max']:.0f} | "
                      f"{base / r['step_ms_mean']:.1f}x | {share} |")
     lines += ["", "The step lengths in the last column are assumptions (an LLM step over 512 trajectories of a few "
               "thousand tokens takes seconds to minutes on an accelerator), not measurements: divide the ms / step "

@@ -63,6 +63,17 @@ def _factorize(values: np.ndarray) -> tuple[np.ndarray, list, np.ndarray]:
     return codes, list(seen), np.unique(codes, return_index=True)[1]
 
 
+def key_width_bucket(words: int) -> int:
+    """The padded width (uint32 words, a power of two) of the hashing program for strings whose
+    longest encodes to ``words`` words (a type word + 4 bytes a word): one compile per bucket."""
+    return 1 << int(np.ceil(np.log2(max(int(words), 1))))
+
+
+def key_words(max_bytes: int) -> int:
+    """The uint32 words ``_string_keys`` hashes for a string of ``max_bytes`` UTF-8 bytes."""
+    return 1 + -(-max(int(max_bytes), 1) // 4)
+
+
 def _string_keys(obs: list, min_rows: int = 1) -> Optional[np.ndarray]:
     """uint32 [R, 2] keys of a list of str (or of bytes) in one vectorised pass: the
     UTF-8 bytes, four to a uint32 word, hashed with ``hash_tokens`` after a type word;
@@ -92,11 +103,14 @@ def _string_keys(obs: list, min_rows: int = 1) -> Optional[np.ndarray]:
     mask = np.ones(words.shape, bool)
     mask[:, 1:] = words[:, 1:] != 0
     # few shapes, few compiles: words and rows padded to powers of two (padding rows are dropped)
-    bucket = 1 << int(np.ceil(np.log2(words.shape[1])))
+    bucket = key_width_bucket(words.shape[1])
     rows = 1 << int(np.ceil(np.log2(max(len(obs), min_rows, 1))))
     words = np.pad(words, ((0, rows - len(obs)), (0, bucket - words.shape[1])))
     mask = np.pad(mask, ((0, rows - len(obs)), (0, bucket - mask.shape[1])))
     return np.asarray(_hash_rows(words, mask))[: len(obs)]
+
+
+_merge_similar = jax.jit(merge_similar)
 
 
 @jax.jit
@@ -240,7 +254,7 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
         tokens = np.zeros((B, K, T, obs_tokens.shape[1]), obs_tokens.dtype)
         tokens[b, k, t] = obs_tokens
         if similarity is not None:
-            merged = merge_similar(batch, tokens, similarity)
+            merged = _merge_similar(batch, tokens, similarity)  # jitted: eager, its while_loop compiled every call
             batch = dataclasses.replace(batch, obs_key=np.asarray(merged.obs_key))
     trajectories = np.full((B, K), None, dtype=object)
     trajectories[traj_group, rank] = np.asarray(traj_names + [None], dtype=object)[:-1]

@@ -77,7 +77,7 @@ from ..credit.estimators.registry import ESTIMATORS, make_config
 from ..credit.similarity import SimilarityConfig
 from ..credit.types import FAILURE, SUCCESS, TRUNCATED
 from . import tunix_compat
-from .turns import (Turn, add_trajectory_reward, credit_for_groups, outcome_of, token_advantages)
+from .turns import (BucketWatch, Turn, add_trajectory_reward, credit_for_groups, outcome_of, token_advantages)
 
 PREFIX = "bepo_jax/"
 log = logging.getLogger(__name__)
@@ -524,6 +524,7 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
             raise ValueError("StepCreditGRPOLearner: outcome_fn must be callable(trajectory) -> outcome code.")
         self._state_fn = _check_state_fn(state_fn)
         self._sampling_repeats = _Repeats()  # sampling keys by (group, trajectory, turn, repeat): fresh_sampling_seeds
+        self.buckets = BucketWatch()  # the credit programs' shapes: overflows after warm-up are counted and said
         self._outcome_fn = outcome_fn
         self._on_credit = on_credit
         self._local = threading.local()
@@ -634,7 +635,11 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
                                        [[outcomes[i] for i in idx] for idx in groups], cfg.step_estimator,
                                        cfg.estimator_config, buckets=cfg.buckets, device=cfg.credit_device,
                                        similarity=cfg.similarity_config,
-                                       min_shape=(1, cfg.num_generations, max_steps))
+                                       min_shape=(1, cfg.num_generations, max_steps), watch=self.buckets)
+        for dim, (size, b) in self.buckets.last.items():
+            self._warn_once(f"bucket_{dim}", f"StepCreditGRPOLearner: {dim} reached {size} (padded to {b}), larger "
+                            f"than any earlier credit call, so its programs compiled again: {self.buckets.hint(dim)}. "
+                            "bepo/bucket_overflows and bepo/credit_compiles count such calls.")
         out = []
         for idx, a, d in zip(groups, adv, diags):
             states = [[x.state for x in turns[i]] for i in idx]
@@ -674,7 +679,12 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
                             "environment's rewards alone are); bepo/reward_fns_unscored counts such batches.")
         self._engine.buffer_metrics_async({"bepo/reward_fns_unscored": (float(totals is None and bool(reward_fns)),
                                                                         np.mean)}, mode=mode, step=expected_step)
+        before = self.buckets.compiles_after_warmup
         credits = self.step_credit(trajectories, groups, None if totals is None else list(totals))
+        self._engine.buffer_metrics_async({
+            "bepo/bucket_overflows": (float(len(self.buckets.last)), np.mean),
+            "bepo/credit_compiles": (float(self.buckets.compiles_after_warmup - before), np.mean)},
+            mode=mode, step=expected_step)
         mask = np.asarray(ex.completion_mask)
         adv = np.zeros(mask.shape, np.float32)
         keep = np.ones(mask.shape[0], bool)

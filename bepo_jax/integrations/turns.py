@@ -27,14 +27,16 @@ score of the whole conversation) is put on one turn with ``add_trajectory_reward
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import threading
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from ..credit.estimators.registry import compute_advantages
 from ..credit.types import FAILURE, SUCCESS, TRUNCATED
-from .rows import _string_keys, from_rows, to_rows
+from .rows import _string_keys, from_rows, key_width_bucket, key_words, to_rows
 
 #: Endings that a limit, not the environment, chose: their trajectories are TRUNCATED.
 LIMIT_ENDINGS = ("step_limit", "context_limit", "time_limit", "env_timeout")
@@ -108,10 +110,86 @@ def _device_scope(device: Optional[str]):
     return jax.default_device(jax.devices(device)[0])
 
 
+_COMPILING = threading.local()  # the compile counter of the credit call running in this thread, if any
+
+
+def _on_jax_event(event: str, duration: float, **kwargs) -> None:
+    if event == "/jax/core/compile/backend_compile_duration" and getattr(_COMPILING, "count", None) is not None:
+        _COMPILING.count += 1
+
+
+@contextlib.contextmanager
+def _counting_compiles():
+    """Count the XLA compilations this thread runs inside the block (JAX's monitoring events; other
+    threads' compiles, e.g. a trainer's sampler, are not counted). Yields a one-element list."""
+    import jax
+
+    # (re-)registered on every call: a trainer may clear JAX's listeners (Tunix's metrics logger does)
+    try:
+        jax.monitoring.unregister_event_duration_listener(_on_jax_event)
+    except (AssertionError, ValueError):
+        pass
+    jax.monitoring.register_event_duration_secs_listener(_on_jax_event)
+    _COMPILING.count = 0
+    out = [0]
+    try:
+        yield out
+    finally:
+        out[0] = _COMPILING.count
+        _COMPILING.count = None
+
+
+class BucketWatch:
+    """The bucketed shapes a stream of ``credit_for_groups`` calls used, and the compilations a
+    new one cost: after the first call (the warm-up), every bucket larger than any seen before
+    in one of ``DIMENSIONS`` is an overflow, counted in ``overflows[dimension]`` and described
+    by ``hint(dimension)``; ``compiles`` and ``compiles_after_warmup`` count the XLA compilations
+    the calls ran in their own thread (an overflow usually costs one per program it reaches)."""
+
+    DIMENSIONS = ("groups", "trajectories", "turns", "state_words", "similarity_width")
+    HINTS = {
+        "groups": "a call held more groups than before: keep the groups per call constant (Tunix: the "
+                  "compute_logps micro-batch; evaluation calls hold their own number)",
+        "trajectories": "a group held more trajectories than before: keep num_generations constant",
+        "turns": "an episode had more turns than before: give the environment's max_steps (the learner pads "
+                 "to it) or StepCreditConfig a larger turn floor",
+        "state_words": "a state string was longer than before (each power of two of its UTF-8 length compiles "
+                       "the state hashing once more): shorten states with state_fn, e.g. the latest observation",
+        "similarity_width": "a state string was longer than before (similarity merging compares up to a power "
+                            "of two of bytes, one compile per width): shorten states with state_fn",
+    }
+
+    def __init__(self):
+        self.calls = 0
+        self.largest: dict = {}
+        self.overflows = collections.Counter()
+        self.compiles = 0
+        self.compiles_after_warmup = 0
+        self.last: dict = {}  # the last call's overflows: dimension -> (size, bucket)
+
+    def record(self, sizes: dict, buckets: dict, compiles: int) -> dict:
+        """Note one call's sizes and buckets; returns its overflows (dimension -> (size, bucket))."""
+        new = {}
+        for dim, b in buckets.items():
+            if self.calls and b > self.largest.get(dim, 0):
+                new[dim] = (sizes[dim], b)
+                self.overflows[dim] += 1
+            self.largest[dim] = max(self.largest.get(dim, 0), b)
+        self.compiles += compiles
+        if self.calls:
+            self.compiles_after_warmup += compiles
+        self.calls += 1
+        self.last = new
+        return new
+
+    def hint(self, dim: str) -> str:
+        return self.HINTS[dim]
+
+
 def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequence[Sequence[int]],
                       estimator: str, config=None, *, buckets: bool = True, device: Optional[str] = None,
-                      similarity=None, min_shape: Optional[tuple[int, int, int]] = None
-                      ) -> tuple[list[list[np.ndarray]], list[dict]]:
+                      similarity=None, min_shape: Optional[tuple[int, int, int]] = None,
+                      watch: Optional[BucketWatch] = None) -> tuple[list[list[np.ndarray]], list[dict]]:
     """Per-turn advantages of many groups in one estimator call.
 
     ``groups[g][k]``: trajectory k of group g as a list of ``Turn``; ``outcomes[g][k]`` its
@@ -121,7 +199,8 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
     statistic), and the estimator runs once on ``device`` (``_device_scope``).
     ``min_shape`` (groups, trajectories, turns): pad to at least this, e.g. turns = the
     environment's step limit, so that every call has the same shape and only the first
-    compiles. ``similarity``: a ``SimilarityConfig`` to merge nearly equal states.
+    compiles. ``similarity``: a ``SimilarityConfig`` to merge nearly equal states. ``watch``: a
+    ``BucketWatch`` that records this call's buckets and compilations (overflows after warm-up).
 
     Returns ``A[g][k]`` (float32, one value per turn) and, per group, the diagnostics as
     floats (``states``, ``gated_share``, ``converged``, ``iterations``, ``mean_out_degree``
@@ -163,7 +242,8 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
         raise ValueError(f"credit_for_groups: min_shape={min_shape!r}; give (groups, trajectories, turns).")
     shape = (bucket(n_live, lo[0]), bucket(K, lo[1]), bucket(T, lo[2])) if buckets else None
     tokens = _state_tokens(obs) if similarity is not None else None
-    with _device_scope(device):
+    counter = _counting_compiles() if watch is not None else contextlib.nullcontext([0])
+    with _device_scope(device), counter as compiled:
         keys = _string_keys(obs, min_rows=int(np.prod(shape)) if shape else 1)  # one hash shape per batch shape
         batch, index = from_rows(np.asarray(uid), np.asarray([f"{g}/{k}" for g, k in traj], dtype=object),
                                  np.asarray(step), obs if keys is None else keys, np.asarray(reward, np.float32),
@@ -175,6 +255,14 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
         diag = None if diag is None else {k: np.asarray(getattr(diag, k)) for k in
                                           ("num_states", "gated_share", "converged", "iterations",
                                            "mean_out_degree") if hasattr(diag, k)}
+    if watch is not None:
+        longest = max(len(o.encode("utf-8")) for o in obs)
+        sizes = {"groups": n_live, "trajectories": K, "turns": T, "state_words": key_words(longest)}
+        bucketed = {"groups": (shape or (n_live,))[0], "trajectories": (shape or (0, K))[1],
+                    "turns": (shape or (0, 0, T))[2], "state_words": key_width_bucket(sizes["state_words"])}
+        if tokens is not None:
+            sizes["similarity_width"], bucketed["similarity_width"] = longest, tokens.shape[1]
+        watch.record(sizes, bucketed, compiled[0])
     at = 0
     b_of = {name: b for b, name in enumerate(index.groups) if name is not None}
     for g, (turns, ok) in enumerate(zip(groups, live)):

@@ -135,6 +135,7 @@ def trained():
     learner._process_results = spy
     LOSS_SAW.clear()
     learner.train(ta.prompts(4, 2))
+    learner.training_buckets = (learner.buckets.calls, learner.buckets.compiles_after_warmup, dict(learner.buckets.overflows))
     return cluster, learner, calls, before, list(LOSS_SAW)
 
 
@@ -623,3 +624,24 @@ def test_the_loss_is_read_from_either_tunix_form():
     weighted = SimpleNamespace(unreduced_sum=6.0, compute=lambda: 1.5)  # main: LossOutput(primary_loss=WeightedMetric)
     assert tunix_compat.loss_value(SimpleNamespace(primary_loss=weighted, aux_metrics={})) == 1.5
     assert tunix_compat.loss_value(SimpleNamespace(primary_loss=2.5, aux_metrics={})) == 2.5
+
+
+def test_a_bucket_overflow_is_counted_and_said_with_a_hint(trained, caplog):
+    import logging
+
+    _, learner, calls, _, _ = trained
+    calls_made, compiled, overflowed = learner.training_buckets
+    assert calls_made >= 2 and compiled == 0 and not overflowed  # training stayed in its buckets
+    compiled, state_overflows = learner.buckets.compiles_after_warmup, learner.buckets.overflows["state_words"]
+    trajectories = [copy.copy(it) for it in calls[0][0]]
+    for it in trajectories:  # the same turns with 20,000-character states (a width nothing else in the process hashes)
+        it.traj = dict(it.traj, bepo_turns=[t._replace(state=t.state + " " + "x" * 20_000)
+                                            for t in it.traj["bepo_turns"]])
+    with caplog.at_level(logging.WARNING):
+        learner.step_credit(trajectories)
+    assert set(learner.buckets.last) == {"state_words"}
+    assert learner.buckets.overflows["state_words"] == state_overflows + 1
+    assert learner.buckets.compiles_after_warmup > compiled  # the state hashing compiled again
+    assert "state_words reached" in caplog.text and "state_fn" in caplog.text
+    learner.step_credit(trajectories)  # the same widths again: no new overflow
+    assert not learner.buckets.last and learner.buckets.overflows["state_words"] == state_overflows + 1

@@ -149,3 +149,33 @@ def test_trajectories_without_turns_take_no_part():
         np.testing.assert_array_equal(a, b)
     alone, diag = group_step_advantages([turns[0], [], []], [SUCCESS, TRUNCATED, TRUNCATED], "gated_bepo")
     assert diag == {} and not alone[0].any() and len(alone[0]) == 2
+
+
+def test_a_bucket_watch_counts_overflows_and_the_compiles_they_cost():
+    from bepo_jax.credit.similarity import SimilarityConfig
+    from bepo_jax.integrations.turns import BucketWatch
+
+    def group(state_len, seed):
+        rng = np.random.default_rng(seed)
+        word = lambda: "".join(rng.choice(list("abcdefgh"), state_len))
+        a, b, c = word(), word(), word()
+        return [[Turn(a, 0.0, 3, 2), Turn(b, 1.0, 3, 0)], [Turn(a, 0.0, 3, 2), Turn(c, 0.0, 3, 0)]]
+
+    watch, sim = BucketWatch(), SimilarityConfig(threshold=0.9)
+    call = lambda groups: credit_for_groups(groups, [[SUCCESS, FAILURE]] * len(groups), "gated_bepo", watch=watch,
+                                            similarity=sim, min_shape=(1, 2, 4))
+    call([group(10, 0)])  # warm-up: every program compiles once
+    assert watch.calls == 1 and watch.compiles > 0 and not watch.last
+    call([group(12, 1)])  # the same buckets: no overflow, no compile
+    assert not watch.last and watch.compiles_after_warmup == 0
+    # much longer states (a width no other test hashes, so JAX's process-wide cache cannot hold its
+    # programs): the hashing and the similarity widths overflow, and compile
+    call([group(12_000, 2)])
+    assert set(watch.last) == {"state_words", "similarity_width"}
+    assert watch.last["state_words"] == (1 + 12_000 // 4, 4096) and watch.last["similarity_width"] == (12_000, 16384)
+    assert watch.compiles_after_warmup > 0
+    call([group(12, s) for s in range(3)])  # 3 groups (bucket 4): the batch shape overflows
+    assert set(watch.last) == {"groups"} and watch.last["groups"] == (3, 4)
+    call([group(12, s) for s in range(4)])  # 4 groups fit that bucket: nothing new
+    assert not watch.last and watch.overflows == {"state_words": 1, "similarity_width": 1, "groups": 1}
+    assert "state_fn" in watch.hint("state_words")
