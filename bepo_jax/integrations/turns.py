@@ -148,11 +148,12 @@ class BucketWatch:
 
     DIMENSIONS = ("groups", "trajectories", "turns", "state_words", "similarity_width")
     HINTS = {
-        "groups": "a call held more groups than before: keep the groups per call constant (Tunix: the "
-                  "compute_logps micro-batch; evaluation calls hold their own number)",
+        "groups": "a call held more groups than before: keep the groups per call constant (Tunix: "
+                  "RLTrainingConfig.compute_logps_micro_batch_size; evaluation calls hold their own number)",
         "trajectories": "a group held more trajectories than before: keep num_generations constant",
-        "turns": "an episode had more turns than before: give the environment's max_steps (the learner pads "
-                 "to it) or StepCreditConfig a larger turn floor",
+        "turns": "an episode had more turns than before: the Tunix learner pads turns to the environment's "
+                 "max_steps, so give the environment a max_steps that bounds its episodes (credit_for_groups: "
+                 "min_shape)",
         "state_words": "a state string was longer than before (each power of two of its UTF-8 length compiles "
                        "the state hashing once more): shorten states with state_fn, e.g. the latest observation",
         "similarity_width": "a state string was longer than before (similarity merging compares up to a power "
