@@ -11,7 +11,7 @@ What each class can hold (checked before any weight moves; ``TunixBridgeError`` 
 
 - ``qwen2``: RMSNorm, SwiGLU, grouped-query attention with q/k/v biases, RoPE with
   ``config.rope_theta``. A Llama checkpoint (no biases) is exact with zero biases. No RoPE
-  scaling (Llama 3.1's ``rope_type="llama3"``, linear) and no separate head dimension.
+  scaling (Llama 3.1's ``rope_type="llama3"``, linear).
 - ``llama3``: no q/k/v biases; Tunix 0.1.7 (and its main branch of 2026-08-21) rotates with
   theta 1e6 whatever ``config.rope_theta`` says (``apply_rope``'s default; the attention never
   passes it). ``llama3_honours_rope_theta()`` probes that on a tiny model; while it does not,
@@ -71,9 +71,6 @@ def _check(cfg, family: str) -> None:
         raise TunixBridgeError(f"to_tunix: the checkpoint scales RoPE (rope_type={cfg.rope_type!r}, factor "
                                f"{cfg.rope_factor}); Tunix's {family} class has no RoPE scaling, so its positions "
                                "would be wrong. Use bepo_jax's own LlamaLM for this checkpoint.")
-    if cfg.head_dim * cfg.heads != cfg.hidden and family == "llama3":
-        raise TunixBridgeError(f"to_tunix: head_dim {cfg.head_dim} x heads {cfg.heads} != hidden {cfg.hidden}; "
-                               "Tunix's llama3 class derives the head size from the width. Use family='qwen2'.")
     if family == "llama3":
         if cfg.attention_bias:
             raise TunixBridgeError("to_tunix: the checkpoint has q/k/v biases (attention_bias=True); Tunix's llama3 "
