@@ -63,12 +63,6 @@ def _factorize(values: np.ndarray) -> tuple[np.ndarray, list, np.ndarray]:
     return codes, list(seen), np.unique(codes, return_index=True)[1]
 
 
-def key_width_bucket(words: int) -> int:
-    """The padded width (uint32 words, a power of two) of the hashing program for strings whose
-    longest encodes to ``words`` words (a type word + 4 bytes a word): one compile per bucket."""
-    return 1 << int(np.ceil(np.log2(max(int(words), 1))))
-
-
 def key_words(max_bytes: int) -> int:
     """The uint32 words ``_string_keys`` hashes for a string of ``max_bytes`` UTF-8 bytes."""
     return 1 + -(-max(int(max_bytes), 1) // 4)
@@ -103,7 +97,7 @@ def _string_keys(obs: list, min_rows: int = 1) -> Optional[np.ndarray]:
     mask = np.ones(words.shape, bool)
     mask[:, 1:] = words[:, 1:] != 0
     # few shapes, few compiles: words and rows padded to powers of two (padding rows are dropped)
-    bucket = key_width_bucket(words.shape[1])
+    bucket = 1 << int(np.ceil(np.log2(words.shape[1])))
     rows = 1 << int(np.ceil(np.log2(max(len(obs), min_rows, 1))))
     words = np.pad(words, ((0, rows - len(obs)), (0, bucket - words.shape[1])))
     mask = np.pad(mask, ((0, rows - len(obs)), (0, bucket - mask.shape[1])))

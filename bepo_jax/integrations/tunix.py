@@ -432,6 +432,28 @@ class GroupCredit:
         return "\n".join(lines)
 
 
+def _key_part(x) -> int:
+    """A stable 31-bit integer for a group id or trajectory index (ints as they are, anything else by CRC32)."""
+    import zlib
+
+    if isinstance(x, (int, np.integer)) and 0 <= int(x) < 2**31:
+        return int(x)
+    return zlib.crc32(repr(x).encode()) & 0x7FFFFFFF
+
+
+class _Repeats:
+    """How many calls with one key (a model call's (group, trajectory, turn)) came before (thread-safe)."""
+
+    def __init__(self):
+        self._lock, self._seen = threading.Lock(), collections.Counter()
+
+    def next(self, identity: tuple) -> int:
+        with self._lock:
+            n = self._seen[identity]
+            self._seen[identity] += 1
+            return n
+
+
 _SAMPLING = threading.local()  # the (group, trajectory, turn, repeat) of the model call this thread is making
 
 
@@ -455,45 +477,19 @@ def fresh_sampling_seeds(rl_cluster, seed: int = 0) -> None:
     if getattr(rollout.generate, "bepo_fresh_seeds", False):
         return
     generate = rollout.generate
-    lock = threading.Lock()
-    count = [0]
+    calls = _Repeats()  # the calls made outside a collect engine, counted
 
     def generate_with_fresh_key(prompts, rollout_config, *args, **kwargs):
         key = jax.random.PRNGKey(seed)
         identity = getattr(_SAMPLING, "identity", None)
         if identity is None:
-            with lock:
-                count[0] += 1
-                identity = (count[0],)
+            identity = (calls.next(()) + 1,)
         for part in identity:
             key = jax.random.fold_in(key, part)
         return generate(prompts, dataclasses.replace(rollout_config, seed=key), *args, **kwargs)
 
     generate_with_fresh_key.bepo_fresh_seeds = True
     rollout.generate = generate_with_fresh_key
-
-
-def _key_part(x) -> int:
-    """A stable 31-bit integer for a group id or trajectory index (ints as they are, anything else by CRC32)."""
-    import zlib
-
-    if isinstance(x, (int, np.integer)) and 0 <= int(x) < 2**31:
-        return int(x)
-    return zlib.crc32(repr(x).encode()) & 0x7FFFFFFF
-
-
-class _Repeats:
-    """How many model calls with one (group, trajectory, turn) came before (thread-safe)."""
-
-    def __init__(self):
-        self._lock, self._seen = threading.Lock(), collections.Counter()
-
-    def next(self, identity: tuple) -> int:
-        with self._lock:
-            n = self._seen[identity]
-            self._seen[identity] += 1
-            return n
-
 
 
 class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..credit.estimators.registry import compute_advantages
 from ..credit.types import FAILURE, SUCCESS, TRUNCATED
-from .rows import _string_keys, from_rows, key_width_bucket, key_words, to_rows
+from .rows import _string_keys, from_rows, key_words, to_rows
 
 #: Endings that a limit, not the environment, chose: their trajectories are TRUNCATED.
 LIMIT_ENDINGS = ("step_limit", "context_limit", "time_limit", "env_timeout")
@@ -142,11 +142,11 @@ def _counting_compiles():
 class BucketWatch:
     """The bucketed shapes a stream of ``credit_for_groups`` calls used, and the compilations a
     new one cost: after the first call (the warm-up), every bucket larger than any seen before
-    in one of ``DIMENSIONS`` is an overflow, counted in ``overflows[dimension]`` and described
-    by ``hint(dimension)``; ``compiles`` and ``compiles_after_warmup`` count the XLA compilations
-    the calls ran in their own thread (an overflow usually costs one per program it reaches)."""
+    in one dimension is an overflow, counted in ``overflows[dimension]`` and described
+    by ``hint(dimension)`` (the dimensions: the keys of ``HINTS``); ``compiles`` and
+    ``compiles_after_warmup`` count the XLA compilations the calls ran in their own thread (an
+    overflow usually costs one per program it reaches)."""
 
-    DIMENSIONS = ("groups", "trajectories", "turns", "state_words", "similarity_width")
     HINTS = {
         "groups": "a call held more groups than before: keep the groups per call constant (Tunix: "
                   "RLTrainingConfig.compute_logps_micro_batch_size; evaluation calls hold their own number)",
@@ -168,8 +168,8 @@ class BucketWatch:
         self.compiles_after_warmup = 0
         self.last: dict = {}  # the last call's overflows: dimension -> (size, bucket)
 
-    def record(self, sizes: dict, buckets: dict, compiles: int) -> dict:
-        """Note one call's sizes and buckets; returns its overflows (dimension -> (size, bucket))."""
+    def record(self, sizes: dict, buckets: dict, compiles: int) -> None:
+        """Note one call's sizes and buckets (its overflows: ``last``, dimension -> (size, bucket))."""
         new = {}
         for dim, b in buckets.items():
             if self.calls and b > self.largest.get(dim, 0):
@@ -181,7 +181,6 @@ class BucketWatch:
             self.compiles_after_warmup += compiles
         self.calls += 1
         self.last = new
-        return new
 
     def hint(self, dim: str) -> str:
         return self.HINTS[dim]
@@ -259,8 +258,8 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
     if watch is not None:
         longest = max(len(o.encode("utf-8")) for o in obs)
         sizes = {"groups": n_live, "trajectories": K, "turns": T, "state_words": key_words(longest)}
-        bucketed = {"groups": (shape or (n_live,))[0], "trajectories": (shape or (0, K))[1],
-                    "turns": (shape or (0, 0, T))[2], "state_words": key_width_bucket(sizes["state_words"])}
+        bucketed = dict(zip(("groups", "trajectories", "turns"), shape or (n_live, K, T)),
+                        state_words=bucket(sizes["state_words"]))  # _string_keys' power-of-two width
         if tokens is not None:
             sizes["similarity_width"], bucketed["similarity_width"] = longest, tokens.shape[1]
         watch.record(sizes, bucketed, compiled[0])

@@ -28,6 +28,7 @@ shorter one), so the token stream Tunix trains on is the template's.
 from __future__ import annotations
 
 import functools
+import importlib
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
@@ -108,18 +109,16 @@ def tunix_config(pre: Pretrained, family: str = "qwen2", **fields):
     fields, e.g. ``shd_config``, ``remat_config``, ``param_dtype``)."""
     cfg = pre.config
     _check(cfg, family)
-    if family == "qwen2":
-        from tunix.models.qwen2 import model as lib
-
-        tied = dict(use_tied_embedding=bool(cfg.tie_embeddings))
-    else:
-        from tunix.models.llama3 import model as lib
-
-        tied = dict(weight_tying=bool(cfg.tie_embeddings))
-    return lib.ModelConfig(num_layers=cfg.layers, vocab_size=cfg.vocab, embed_dim=cfg.hidden,
+    tied = {"qwen2": "use_tied_embedding", "llama3": "weight_tying"}[family]  # the two classes' names for it
+    return _tunix_module(family, "model").ModelConfig(num_layers=cfg.layers, vocab_size=cfg.vocab, embed_dim=cfg.hidden,
                            hidden_dim=cfg.intermediate, num_heads=cfg.heads, head_dim=cfg.head_dim,
                            num_kv_heads=cfg.kv_heads, rope_theta=int(cfg.rope_theta), norm_eps=float(cfg.rms_eps),
-                           **tied, **fields)
+                           **{tied: bool(cfg.tie_embeddings)}, **fields)
+
+
+def _tunix_module(family: str, part: str):
+    """Tunix's ``tunix.models.<family>.<part>`` module (``model`` or ``params``)."""
+    return importlib.import_module(f"tunix.models.{family}.{part}")
 
 
 def to_tunix(pre: Pretrained, family: str = "qwen2", *, mesh=None, dtype=None, config_fields: Optional[dict] = None):
@@ -137,14 +136,10 @@ def to_tunix(pre: Pretrained, family: str = "qwen2", *, mesh=None, dtype=None, c
         for i in range(cfg.layers):
             for p, n in (("q_proj", cfg.heads), ("k_proj", cfg.kv_heads), ("v_proj", cfg.kv_heads)):
                 tensors[f"model.layers.{i}.self_attn.{p}.bias"] = np.zeros(n * cfg.head_dim, np.float32)
-    if family == "qwen2":
-        from tunix.models.qwen2 import params as params_lib
-    else:
-        from tunix.models.llama3 import params as params_lib
     with tempfile.TemporaryDirectory(prefix="bepo_tunix_") as d:
         save_file(tensors, str(Path(d) / "model.safetensors"))
         del tensors
-        return params_lib.create_model_from_safe_tensors(d, config, mesh=mesh, dtype=dtype)
+        return _tunix_module(family, "params").create_model_from_safe_tensors(d, config, mesh=mesh, dtype=dtype)
 
 
 class TunixTokenizer:

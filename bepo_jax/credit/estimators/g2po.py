@@ -30,13 +30,14 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Int
 
 from .._config import check_choice, check_int, check_range, pytree_config
-from ..graph import build_graph, graph_diagnostics, history_keys
-from ..stats import masked_moments, scale_deviation, segment_moments
+from ..graph import build_graph, gather_node, graph_diagnostics, history_keys
+from ..stats import segment_moments
 from ..types import SUCCESS, G2POOutput, GraphDiagnostics, StepBatch
 from .common import NORMS, entry_point, per_group, stop_gradient, with_sanitized_input
+from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
 from .registry import register_estimator
 
@@ -75,11 +76,6 @@ class G2POConfig:
         check_int(name, "history", self.history, lo=0)
 
 
-def _centre(dev: Float[Array, "..."], std, keep: Bool[Array, "..."], config: G2POConfig):
-    """x - mean or (x - mean) / (std + eps) where ``keep``, 0 elsewhere."""
-    return jnp.where(keep, scale_deviation(dev, std, norm=config.norm, eps=config.eps), 0.0)
-
-
 def _group(obs_key, reward, mask, outcome: Int[Array, "K"], penalty, config: G2POConfig):
     K, T = mask.shape
     n = K * T
@@ -93,19 +89,18 @@ def _group(obs_key, reward, mask, outcome: Int[Array, "K"], penalty, config: G2P
     disc = jnp.where(mask, jnp.power(jnp.float32(config.gamma), (length[:, None] - t).astype(jnp.float32))
                      * ret[:, None], 0.0)
     v_state = segment_moments(disc.reshape(n), valid, state, n, ddof=0).mean
-    value = jnp.where(mask, v_state[jnp.clip(graph.state, 0, n - 1)], 0.0)
+    value = jnp.where(mask, gather_node(v_state, graph.state), 0.0)
     success = ret if config.success_value is None else jnp.full_like(ret, config.success_value)
     terminal = jnp.where(outcome == SUCCESS, success, 0.0)  # [K]
     last = t == (length[:, None] - 1)
     nxt = jnp.concatenate([value[:, 1:], jnp.zeros_like(value[:, :1])], axis=1)
     value_next = jnp.where(mask, jnp.where(last, terminal[:, None], nxt), 0.0)
-    # c1: V(next) + penalty within the rows of one state (a state with one row: 0)
-    m1 = segment_moments((value_next + pen).reshape(n), valid, state, n, ddof=1)
-    safe = jnp.clip(state, 0, n - 1)
-    c1 = _centre(m1.dev, m1.std[safe], valid & (m1.count[safe] >= 2), config).reshape(K, T)
-    # c2: V(next) - V(s) over every row of the group (one row: 0)
-    m2 = masked_moments(value_next - value, mask, ddof=1)
-    c2 = _centre(m2.dev, m2.std, mask & (m2.count >= 2), config)
+    # c1: V(next) + penalty within the rows of one state; c2: V(next) - V(s) over every row of the
+    # group (one step group holding them all). Both GiGPO's step-group rule: a group of one row gets 0.
+    centre = lambda y, groups: step_group_advantage(y, groups, mask, norm=config.norm, std="unbiased",
+                                                    eps=config.eps)
+    c1 = centre(value_next + pen, graph.state)
+    c2 = centre(value_next - value, jnp.zeros_like(graph.state))
     a_ep = outcome_advantage(reward, penalty, mask, norm=config.norm, weighting="step", std="unbiased",
                              eps=config.eps)
     step = jnp.where(mask, c1 + c2, 0.0)
