@@ -20,14 +20,14 @@ Data model (``bepo_jax.credit.types``)
     accepted); ``split_key64`` — a 64-bit host key as the two uint32 words of ``obs_key``.
 
 Estimators (``bepo_jax.credit.estimators``; one registry, ``ESTIMATORS``)
-    Host entries ``grpo``, ``gigpo``, ``graphgpo``, ``hgpo``, ``g2po``, ``g2po_abstract``,
+    Host entries ``grpo``, ``gigpo``, ``graphgpo``, ``hgpo``, ``g2po``, ``g2po_abstract``, ``proxmo``,
     ``gated_bepo``, ``bepo_nogate``, ``bepo_mc``, ``bepo_additive``, ``gagpo``,
     ``confidence_returns`` and their jittable ``*_kernel``; configs ``GRPOConfig``, ``GiGPOConfig``,
-    ``GraphGPOConfig``, ``HGPOConfig``, ``G2POConfig``, ``G2POAbstractConfig``, ``GatedBEPOConfig``,
+    ``GraphGPOConfig``, ``HGPOConfig``, ``G2POConfig``, ``G2POAbstractConfig``, ``ProxMOConfig``, ``GatedBEPOConfig``,
     ``GAGPOConfig``, ``ConfidenceConfig``; outputs ``GRPOOutput``, ``GiGPOOutput``,
-    ``GraphGPOOutput``, ``HGPOOutput``, ``G2POOutput``, ``G2POAbstractOutput``, ``GatedBEPOOutput``,
+    ``GraphGPOOutput``, ``HGPOOutput``, ``G2POOutput``, ``G2POAbstractOutput``, ``ProxMOOutput``, ``GatedBEPOOutput``,
     ``ConfidenceOutput`` and their ``GraphDiagnostics``. ``compute_advantages`` runs one by
-    name; ``register_estimator`` adds one (an ``Estimator`` entry); ``get_estimator``, ``make_config`` and
+    name (``tfidf_features``: ProxMO's TF-IDF of observation texts); ``register_estimator`` adds one (an ``Estimator`` entry); ``get_estimator``, ``make_config`` and
     ``estimator_settings`` read and validate settings; ``parse_estimator_spec`` reads
     ``LABEL=NAME:field=value``; ``max_states_for`` sizes the fixed point's state bucket.
     ``confidence_features`` / ``confidence_loss`` train a ``ConfidenceHead`` (Flax; loaded
@@ -51,13 +51,14 @@ from .credit.estimators import (ESTIMATORS, ConfidenceConfig, Estimator, G2POAbs
                                 g2po_abstract_kernel, g2po_kernel, gagpo, gagpo_kernel,
                                 gated_bepo, gated_bepo_kernel, get_estimator, gigpo, gigpo_kernel, graphgpo,
                                 graphgpo_kernel, grpo, grpo_kernel, hgpo, hgpo_kernel, make_config, max_states_for,
-                                parse_estimator_spec, register_estimator)
+                                parse_estimator_spec, proxmo, proxmo_kernel, ProxMOConfig, register_estimator,
+                                tfidf_features)
 from .credit.hashing import hash_observation, hash_observations, hash_tokens
 from .credit.similarity import SimilarityConfig, merge_similar
 from .credit.tokens import to_token_advantages
 from .credit.types import (DROPPED, FAILURE, INVALID_FLAGS, INVALID_MASK, INVALID_OUTCOME, INVALID_PENALTY,
                            INVALID_SCALE, INVALID_VALUE, SCALE_LIMIT, SINGLE_TRAJECTORY, SUCCESS, TRUNCATED,
-                           ConfidenceOutput, G2POAbstractOutput, G2POOutput, GatedBEPOOutput, GiGPOOutput, GraphDiagnostics,
+                           ConfidenceOutput, G2POAbstractOutput, G2POOutput, GatedBEPOOutput, ProxMOOutput, GiGPOOutput, GraphDiagnostics,
                            GraphGPOOutput, GRPOOutput, HGPOOutput, StepBatch, check_batch, group_flags, sanitize,
                            split_key64)
 from .integrations.rows import RowIndex, from_rows, to_rows
@@ -75,6 +76,7 @@ __all__ = [
     "hgpo", "hgpo_kernel", "HGPOConfig", "HGPOOutput",
     "g2po", "g2po_kernel", "G2POConfig", "G2POOutput",
     "g2po_abstract", "g2po_abstract_kernel", "G2POAbstractConfig", "G2POAbstractOutput",
+    "proxmo", "proxmo_kernel", "ProxMOConfig", "ProxMOOutput", "tfidf_features",
     "gated_bepo", "gated_bepo_kernel", "GatedBEPOConfig", "GatedBEPOOutput", "GraphDiagnostics",
     "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
     "gagpo", "gagpo_kernel", "GAGPOConfig",

@@ -45,20 +45,23 @@ print(json.dumps(out))
 '''
 
 
-def rollouts(seed: int, groups: int, k: int, t_max: int, symbols: int):
+def rollouts(seed: int, groups: int, k: int, t_max: int, symbols: int, words: tuple = ()):
     """Random groups: per trajectory a length, observations, success (pays 10 on its last step)
-    and invalid actions; as bepo_jax records and as verl-agent rows (in trajectory order)."""
+    and invalid actions; as bepo_jax records and as verl-agent rows (in trajectory order). ``words``:
+    observations are then sentences of 1-3 of the first ``symbols`` of them (texts that overlap in part),
+    else the symbols "s0", "s1", ...; rows also carry each step's own reward ("reward")."""
     from bepo_jax import FAILURE, SUCCESS, TRUNCATED
     from bepo_jax.credit.builders import Trajectory, batch_from_trajectories
 
     rng = np.random.default_rng(seed)
     groups_ = []
-    rows = {k_: [] for k_ in ("uid", "traj", "obs", "episode_reward", "score", "valid")}
+    rows = {k_: [] for k_ in ("uid", "traj", "obs", "episode_reward", "score", "valid", "reward")}
     for g in range(groups):
         trajs = []
         for j in range(k):
             L = int(rng.integers(1, t_max + 1))
-            obs = [f"s{int(x)}" for x in rng.integers(0, symbols, L)]
+            obs = ([" ".join(rng.choice(words[:symbols], size=int(rng.integers(1, 4)))) for _ in range(L)] if words
+                   else [f"s{int(x)}" for x in rng.integers(0, symbols, L)])
             outcome = [SUCCESS, FAILURE, TRUNCATED][int(rng.integers(0, 3))]
             R = 10.0 if outcome == SUCCESS else 0.0
             invalid = rng.random(L) < 0.25
@@ -71,6 +74,7 @@ def rollouts(seed: int, groups: int, k: int, t_max: int, symbols: int):
                 rows["episode_reward"].append(R)
                 rows["score"].append(R - 0.1 * float(invalid[i]))
                 rows["valid"].append(0.0 if invalid[i] else 1.0)
+                rows["reward"].append(R if i == L - 1 else 0.0)
         groups_.append(trajs)
     return batch_from_trajectories(groups_), rows
 

@@ -58,6 +58,7 @@ from experiments.claims import (
     seed_numbers,
     verdict,
 )
+from bepo_jax.agent.envs.pools import task_ids
 from experiments.common import ROOT, command, machine, parser
 from experiments.readme_tables import (
     points,
@@ -137,7 +138,7 @@ def rescore_run(run_dir: Path, cfg: RunConfig, tasks: int, games_dir: Path) -> d
     per_task = np.asarray(ev["per_task"])
     return {"seed": seed, "recorded": recorded["held_out_after"], "scored_tasks": m,
             "again": float(per_task[:m].mean()), "fresh": float(per_task[m:].mean()), "fresh_tasks": tasks - m,
-            "per_task": ev["per_task"]}
+            "per_task": ev["per_task"], "task_ids": task_ids(setup.env, setup.held_out_tasks(tasks))}
 
 
 def run_key(exp_name: str, arm: str, seed: int) -> str:

@@ -407,6 +407,108 @@ def ref_g2po(batch_np, *, gamma=0.95, w=1.0, norm="mean", eps=1e-6, success_valu
     return out
 
 
+def ref_tfidf(docs):
+    """TF-IDF as scikit-learn's ``TfidfVectorizer()`` defaults compute it, by hand (for vocabularies under
+    its ``max_features`` cut): lower-case words of two or more word characters, raw counts, smooth
+    idf = ln((1 + n) / (1 + df)) + 1, each row L2-normalised. Rows as {word: weight}; None when no
+    document holds a word (scikit-learn's "empty vocabulary")."""
+    import re
+
+    words = [re.findall(r"(?u)\b\w\w+\b", d.lower()) for d in docs]
+    df = defaultdict(int)
+    for ws in words:
+        for w in set(ws):
+            df[w] += 1
+    if not df:
+        return None
+    n = len(docs)
+    rows = []
+    for ws in words:
+        tf = defaultdict(int)
+        for w in ws:
+            tf[w] += 1
+        v = {w: c * (math.log((1 + n) / (1 + df[w])) + 1.0) for w, c in tf.items()}
+        norm = math.sqrt(sum(x * x for x in v.values()))
+        rows.append({w: x / norm for w, x in v.items()} if norm > 0 else {})
+    return rows
+
+
+def ref_proxmo(batch_np, texts=None, *, mode="soft", gamma=0.95, w=1.0, psc=True, psc_alpha=4.0,
+               psc_target_range=0.05, temperature=0.1, eps=1e-6):
+    """ProxMO as its authors' code computes it (GithubX-F/ProxMO-RL, proxmo/core_proxmo.py and its
+    trainer), rewritten row by row in float64 from that code: rows are the valid steps in trajectory order;
+    ``episode_norm_reward`` over the rows' scores R + p (one row: mean 0, std 1) with PSC's weight from
+    p = clip(mean, 0, 1) and beta = target_range / (sigmoid(1) - 0.5); step returns G = discounted
+    return + p (``compute_step_discounted_returns``, then the invalid penalty per row);
+    ``step_soft_reward``: cosine of the rows' TF-IDF vectors (fitted on every row of the batch:
+    ``ref_tfidf``; without ``texts`` identical observations have cosine 1, others 0), a softmax over
+    the group's rows at ``temperature``, G minus its weighted mean (an empty vocabulary: 0);
+    ``step_norm_reward`` within identical observations (one row: 0) for ``mode`` "mean" / "mean_std"."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    out = np.zeros((B, K, T))
+    sig = lambda x: 1.0 / (1.0 + math.exp(-x))
+    beta = psc_target_range / (sig(1.0) - 0.5)
+    rows_all = [(b, k, t) for b in range(B) for k in range(K) for t in range(lengths(mask[b])[k])]
+    vecs = None
+    if texts is not None and mode == "soft":
+        vecs = ref_tfidf([str(texts[b][k][t]) for b, k, t in rows_all])
+        vecs = None if vecs is None else dict(zip(rows_all, vecs))
+        empty = vecs is None
+    else:
+        empty = False
+
+    def sim(b, r1, r2):
+        if texts is None:
+            return 1.0 if tuple(obs[b, r1[0], r1[1]]) == tuple(obs[b, r2[0], r2[1]]) else 0.0
+        v1, v2 = vecs[(b, *r1)], vecs[(b, *r2)]
+        n1 = math.sqrt(sum(x * x for x in v1.values())) + 1e-8
+        n2 = math.sqrt(sum(x * x for x in v2.values())) + 1e-8
+        return sum(x * v2.get(word, 0.0) for word, x in v1.items()) / (n1 * n2)
+
+    for b in range(B):
+        L = lengths(mask[b])
+        rows = [(k, t) for k in range(K) for t in range(L[k])]
+        if not rows:
+            continue
+        R = {k: float(sum(float(x) for x in reward[b, k, : L[k]])) for k in range(K)}
+        p = {(k, t): float(penalty[b, k, t]) for k, t in rows}
+        scores = [R[k] + p[(k, t)] for k, t in rows]
+        mu, sd = (0.0, 1.0) if len(scores) == 1 else (sum(scores) / len(scores), _std(scores, 1))
+        q = min(1.0, max(0.0, mu))
+        episode = {}
+        for row, sc in zip(rows, scores):
+            e = sc - mu if mode in ("soft", "mean") else (sc - mu) / (sd + eps)
+            if psc:
+                e *= 1.0 + beta * ((sig((1.0 - q) ** psc_alpha) if sc > 0.5 else sig(-(q ** psc_alpha))) - 0.5)
+            episode[row] = e
+        G = {}
+        for k in range(K):
+            for t, g in enumerate(ref_returns([float(x) for x in reward[b, k, : L[k]]], gamma)):
+                G[(k, t)] = g + p[(k, t)]
+        step = {}
+        if mode == "soft":
+            for r in rows:
+                if empty:
+                    step[r] = 0.0
+                    continue
+                e = [math.exp(sim(b, r, j) / temperature) for j in rows]
+                step[r] = G[r] - sum(x * G[j] for x, j in zip(e, rows)) / sum(e)
+        else:
+            groups = defaultdict(list)
+            for r in rows:
+                groups[tuple(obs[b, r[0], r[1]])].append(r)
+            for rs in groups.values():
+                vals = [G[r] for r in rs]
+                m = sum(vals) / len(vals)
+                s_ = 1.0 if len(vals) == 1 else _std(vals, 1)
+                for r in rs:
+                    step[r] = G[r] - m if mode == "mean" else (G[r] - m) / (s_ + eps)
+        for r in rows:
+            out[b, r[0], r[1]] = episode[r] + w * step[r]
+    return out
+
+
 def ref_g2po_abstract(batch_np, *, gamma, beta_g, beta_e, unit, norm, weighting, std, eps):
     """G2PO from its definition (docs/estimators.md, G2PO): V(s) = mean of the discounted returns
     of the records at s (V(END) = 0); an edge (s, s') has TD error mean(r) + gamma V(s') - V(s)

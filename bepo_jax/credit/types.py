@@ -413,6 +413,21 @@ class G2POOutput:
 
 
 @_pytree
+class ProxMOOutput:
+    """ProxMO's output as its authors' code computes it (docs/estimators.md, ProxMO): ``advantage`` =
+    ``a_episode`` + w ``a_step``; ``a_episode`` the PSC-weighted episode term; ``psc_weight`` its
+    weight (1 without PSC); ``a_step`` = G - ``baseline``, the discounted return minus its soft
+    (or exact) state baseline; all float32 [B, K, T]; ``invalid`` int32 [B] input flags."""
+
+    advantage: PerRecord
+    a_episode: PerRecord
+    a_step: PerRecord
+    psc_weight: PerRecord
+    baseline: PerRecord
+    invalid: Int[Array, "B"]
+
+
+@_pytree
 class G2POAbstractOutput:
     """The abstract-based G2PO's output (``g2po_abstract``): ``advantage`` = beta_G ``a_graph`` + beta_E
     ``a_episode``; ``td`` = the TD error of the record's edge, r + gamma V(s') - V(s), before the

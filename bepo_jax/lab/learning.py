@@ -9,6 +9,9 @@ of logits theta [S, A], pi = softmax(theta). One iteration, for every seed at on
 2. the estimator's advantages A_i on that StepBatch (its jittable kernel and config);
 3. the policy-gradient step on the logits (REINFORCE with the estimator's credit):
        theta[s] += lr / (B K) * sum_{records i at s} A_i (onehot(a_i) - pi(. | s));
+   with ``credit_scale="unit_rms"`` each seed's credit is first divided by its root mean square
+   over the iteration's records, A_i / sqrt(mean_j A_j^2) (all-zero credit stays zero), so every
+   estimator takes steps of one size and only the credit's direction differs;
 4. the exact success probability of the new policy within the time limit, by backward
    induction on the model (P_H = 0; P_t(s) = sum_a pi(a|s) sum_m p(m|s,a) (success +
    (1 - ended) P_{t+1}(s'))), the same backup as ``exact.evaluate``'s success.
@@ -37,11 +40,16 @@ from .quality import EstimatorSpec
 from .sample import PaddedTables, _sample, padded_tables
 
 
+CREDIT_SCALES = ("none", "unit_rms")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LearningConfig:
     """iterations (40), num_groups B per iteration (4, all from the task's start),
     group_size K (8), learning_rate (0.3, on the logits), seeds (200), seed (0: the
-    base key: iteration i samples with fold_in(key, i) split over the seeds)."""
+    base key: iteration i samples with fold_in(key, i) split over the seeds),
+    credit_scale ("none": each estimator's credit as it comes, its scale part of the step;
+    "unit_rms": divided by its root mean square over the seed's records each iteration)."""
 
     iterations: int = 40
     num_groups: int = 4
@@ -49,6 +57,7 @@ class LearningConfig:
     learning_rate: float = 0.3
     seeds: int = 200
     seed: int = 0
+    credit_scale: str = "none"
 
     def __post_init__(self):
         n = "LearningConfig"
@@ -58,6 +67,8 @@ class LearningConfig:
         check_range(n, "learning_rate", self.learning_rate, lo=0.0)
         check_int(n, "seeds", self.seeds, lo=1)
         check_int(n, "seed", self.seed, lo=0)
+        if self.credit_scale not in CREDIT_SCALES:
+            raise ValueError(f"LearningConfig.credit_scale={self.credit_scale!r}; choose one of {', '.join(CREDIT_SCALES)}.")
 
 
 def _tables(model: TabularModel) -> PaddedTables:
@@ -88,7 +99,16 @@ def _policy_gradient(theta, state, action, adv, valid, n_traj):
     return g / n_traj
 
 
-def _run(tables: PaddedTables, theta0, key, kernel, est_cfg, *, seeds, num_groups, group_size, horizon, iterations, lr):
+def unit_rms(adv: Float[Array, "seeds B K T"], valid) -> Float[Array, "seeds B K T"]:
+    """Each seed's credit divided by its root mean square over its valid records (zero stays zero)."""
+    axes = tuple(range(1, adv.ndim))
+    sq = jnp.where(valid, adv * adv, 0.0).sum(axes, keepdims=True)
+    rms = jnp.sqrt(sq / jnp.maximum(valid.sum(axes, keepdims=True), 1))
+    return jnp.where(rms > 0, adv / jnp.where(rms > 0, rms, 1.0), 0.0)
+
+
+def _run(tables: PaddedTables, theta0, key, kernel, est_cfg, *, seeds, num_groups, group_size, horizon, iterations, lr,
+         scale="none"):
     """Every seed at once: sampling, gradients and evaluation vmapped over the seeds; the estimator
     once per iteration on all seeds' groups together (groups are independent, and a vmapped kernel
     would turn its state-bucket switch into a select over every bucket)."""
@@ -102,6 +122,8 @@ def _run(tables: PaddedTables, theta0, key, kernel, est_cfg, *, seeds, num_group
         smp = sample(jax.random.split(k, seeds), jax.nn.log_softmax(thetas, axis=-1))
         flat = jax.tree_util.tree_map(lambda x: x.reshape((seeds * num_groups,) + x.shape[2:]), smp.batch)
         adv = kernel(flat, est_cfg).advantage.reshape(smp.batch.mask.shape)
+        if scale == "unit_rms":
+            adv = unit_rms(adv, smp.batch.mask)
         thetas = thetas + lr * grad(thetas, smp.state, smp.action, adv, smp.batch.mask)
         return thetas, succ(thetas)
 
@@ -113,7 +135,8 @@ def _run(tables: PaddedTables, theta0, key, kernel, est_cfg, *, seeds, num_group
     return jnp.concatenate([first[None], curve]).T
 
 
-_run_jit = jax.jit(_run, static_argnames=("kernel", "seeds", "num_groups", "group_size", "horizon", "iterations"))
+_run_jit = jax.jit(_run, static_argnames=("kernel", "seeds", "num_groups", "group_size", "horizon", "iterations",
+                                          "scale"))
 
 
 def learning_curves(model: TabularModel, estimator: EstimatorSpec, init_logits, cfg: LearningConfig = LearningConfig()
@@ -132,7 +155,7 @@ def learning_curves(model: TabularModel, estimator: EstimatorSpec, init_logits, 
 
     out = _run_jit(tables, jnp.asarray(pad), jax.random.PRNGKey(cfg.seed), get_estimator(estimator.name).kernel,
                    estimator.config(), seeds=cfg.seeds, num_groups=cfg.num_groups, group_size=cfg.group_size, horizon=int(model.horizon),
-                   iterations=cfg.iterations, lr=float(cfg.learning_rate))
+                   iterations=cfg.iterations, lr=float(cfg.learning_rate), scale=cfg.credit_scale)
     return np.asarray(out, np.float64)
 
 

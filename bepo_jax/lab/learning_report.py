@@ -19,16 +19,18 @@ SOKOBAN_LEVELS = 4  # generated levels of a JAX environment (each its own model)
 LEVEL = 0.9  # the success level of "iterations to"
 
 
-def run(worlds, estimators, cfg: LearningConfig, starts=("uniform", "peaked"), *, quiet: bool = False) -> dict:
-    """Curves [seeds, iterations + 1] per (world / start, estimator); a JAX environment's levels are its
-    seeds' blocks (level-major). The peaked start is skipped (and recorded) where no Boltzmann policy over Q*
-    succeeds half the time."""
+def run(worlds, estimators, cfg: LearningConfig, starts=("uniform", "peaked"), *, quiet: bool = False,
+        levels: int = SOKOBAN_LEVELS) -> dict:
+    """Curves [seeds, iterations + 1] per (world / start, estimator); a JAX environment's ``levels``
+    generated levels are its seeds' blocks (level-major; ``starts[tag]["levels"]`` says how many).
+    The peaked start is skipped (and recorded) where no Boltzmann policy over Q* succeeds half the time."""
     specs = [parse_spec(e) for e in estimators]
     res = {"config": dict(iterations=cfg.iterations, num_groups=cfg.num_groups, group_size=cfg.group_size,
-                          learning_rate=cfg.learning_rate, seeds=cfg.seeds, seed=cfg.seed),
+                          learning_rate=cfg.learning_rate, seeds=cfg.seeds, seed=cfg.seed,
+                          credit_scale=cfg.credit_scale),
            "estimators": [s.label for s in specs], "curves": {}, "starts": {}}
     for world in worlds:
-        models = lab_models(world, SOKOBAN_LEVELS, None, 0)
+        models = lab_models(world, levels, None, 0)
         for start in starts:
             tag = f"{world} / {start}"
             used, inits, temps, skipped = [], [], [], []
@@ -44,7 +46,8 @@ def run(worlds, estimators, cfg: LearningConfig, starts=("uniform", "peaked"), *
                 used.append(m)
                 inits.append(lg)
                 temps.append(t)
-            res["starts"][tag] = {"temperatures": temps, "states": [m.num_states for m in used], "skipped": skipped}
+            res["starts"][tag] = {"temperatures": temps, "states": [m.num_states for m in used], "skipped": skipped,
+                                  "levels": len(used)}
             if not used:
                 if not quiet:
                     print(f"{tag:>24}: skipped ({skipped[0]})", flush=True)
@@ -60,11 +63,20 @@ def run(worlds, estimators, cfg: LearningConfig, starts=("uniform", "peaked"), *
     return res
 
 
+def by_level(x: np.ndarray, levels: int) -> np.ndarray:
+    """Per-unit numbers (level-major blocks of equal size) as per-level means; unchanged for one level."""
+    x = np.asarray(x, np.float64)
+    return x if levels <= 1 else x.reshape(levels, -1, *x.shape[1:]).mean(1)
+
+
 def summarize(res: dict) -> dict:
     """Per (world / start, estimator): success after 0, 5, 10 and all steps, the area under the curve, the
-    iterations to ``LEVEL``, and the area's paired difference from GRPO (mean +- 95% t over seeds)."""
+    iterations to ``LEVEL``, and the area's paired difference from GRPO. Mean +- 95% t over seeds for one
+    task; over levels (each level's mean over its seeds first) where a world has several, so the band is
+    the levels' spread, not the pooled units'."""
     out = {}
     for tag, arms in res["curves"].items():
+        L = res["starts"].get(tag, {}).get("levels", 1)
         grpo = np.asarray(arms["grpo"]) if "grpo" in arms else None
         rows = {}
         for label, c in arms.items():
@@ -72,12 +84,16 @@ def summarize(res: dict) -> dict:
             n = c.shape[1] - 1
             auc = c[:, 1:].mean(1)
             hit = iterations_to(c, LEVEL)
-            row = {"at": {str(i): mean_ci(c[:, i]) for i in (0, min(5, n), min(10, n), n)}, "auc": mean_ci(auc),
+            lv = by_level(c, L)
+            row = {"at": {str(i): mean_ci(lv[:, i]) for i in (0, min(5, n), min(10, n), n)},
+                   "auc": mean_ci(by_level(auc, L)),
                    "median_iterations_to_level": float(np.median(hit[hit >= 0])) if (hit >= 0).any() else None,
-                   "share_reaching_level": float((hit >= 0).mean()), "seeds": int(c.shape[0])}
+                   "share_reaching_level": float((hit >= 0).mean()), "seeds": int(c.shape[0]) // max(L, 1),
+                   "levels": L}
             if grpo is not None and label != "grpo":
-                row["auc_minus_grpo"] = mean_ci(auc - grpo[:, 1:].mean(1))
-                row["auc_minus_grpo_above_0"] = int(((auc - grpo[:, 1:].mean(1)) > 0).sum())
+                d = by_level(auc - grpo[:, 1:].mean(1), L)
+                row["auc_minus_grpo"] = mean_ci(d)
+                row["auc_minus_grpo_above_0"] = int((d > 0).sum())
             rows[label] = row
         out[tag] = rows
     return out
@@ -90,17 +106,25 @@ def _pts(mh, d=1) -> str:
 
 def markdown(res: dict, summary: dict, command: str, wall: float) -> str:
     c = res["config"]
+    many = sorted({v.get("levels", 1) for v in res["starts"].values() if v.get("levels", 1) > 1})
+    levels = (f" (a generated environment: {'/'.join(map(str, many))} levels x {c['seeds']} seeds each)"
+              if many else "")
+    scale = ("Each estimator's advantages are used as they come, at its registry defaults: their scale is part of the "
+             "estimator (GRPO and Gated-BEPO standardise by the group's spread, GiGPO's default centres only), so a "
+             "faster curve can come from a larger step as well as from better credit."
+             if c.get("credit_scale", "none") == "none" else
+             "Each estimator's advantages are divided by their root mean square over the seed's records every "
+             "iteration (credit_scale unit_rms): every estimator steps with the same size, only the credit's "
+             "direction differs.")
     lines = ["# Exact tabular learning curves", "", f"Command: `{command}`  ",
              f"Machine: {platform.platform()}, JAX {jax.__version__}; {wall / 60:.1f} min.  ",
              f"A tabular softmax policy, {c['iterations']} policy-gradient steps (learning rate {c['learning_rate']} on "
              f"the logits) of {c['num_groups']} groups x {c['group_size']} trajectories each, {c['seeds']} seeds per "
-             f"world (Sokoban: {SOKOBAN_LEVELS} generated 6x6 levels x {c['seeds']} seeds); success is exact (the "
-             "model's success probability within its time limit). Every number: points of success, mean over seeds "
-             "+- the 95% Student-t half-width over seeds; 'AUC - GRPO' is paired per seed (same sampling keys). "
-             f"'To {LEVEL:.0%}': the median iteration reaching it among the seeds that do, and their share. Each "
-             "estimator's advantages are used as they come, at its registry defaults: their scale is part of the "
-             "estimator (GRPO and Gated-BEPO standardise by the group's spread, GiGPO's default centres only), so a "
-             "faster curve can come from a larger step as well as from better credit.", ""]
+             f"world{levels}; success is exact (the model's success probability within its time limit). Every "
+             "number: points of success, mean +- the 95% Student-t half-width over seeds (a world of several levels: "
+             "over levels, each level's mean over its seeds first; 'n > 0' then counts levels); 'AUC - GRPO' is "
+             f"paired (same sampling keys). 'To {LEVEL:.0%}': the median iteration reaching it among the seeds that "
+             f"do, and their share. {scale}", ""]
     skipped = [f"{tag}: {v['skipped'][0]}" for tag, v in res["starts"].items() if v["skipped"] and tag not in summary]
     partly = [f"{tag}: {len(v['skipped'])} of {len(v['skipped']) + len(v['states'])} levels have no such start"
               for tag, v in res["starts"].items() if v["skipped"] and tag in summary]
@@ -110,10 +134,10 @@ def markdown(res: dict, summary: dict, command: str, wall: float) -> str:
     for tag, rows in summary.items():
         n = max(int(k) for k in next(iter(rows.values()))["at"])
         lines += [f"## {tag}", "", f"| estimator | start | after {min(5, n)} | after {min(10, n)} | after {n} | AUC | AUC - GRPO "
-                  f"(seeds > 0) | to {LEVEL:.0%} |", "|---|---|---|---|---|---|---|---|"]
+                  f"(n > 0) | to {LEVEL:.0%} |", "|---|---|---|---|---|---|---|---|"]
         for label, r in rows.items():
             at = r["at"]
-            diff = (f"{_pts(r['auc_minus_grpo'])} ({r['auc_minus_grpo_above_0']}/{r['seeds']})"
+            diff = (f"{_pts(r['auc_minus_grpo'])} ({r['auc_minus_grpo_above_0']}/{r['levels'] if r['levels'] > 1 else r['seeds']})"
                     if "auc_minus_grpo" in r else "")
             reach = ("never" if r["median_iterations_to_level"] is None else
                      f"{r['median_iterations_to_level']:.0f} ({r['share_reaching_level']:.0%})")
@@ -130,10 +154,12 @@ def compact(res: dict) -> dict:
     out = {k: v for k, v in res.items() if k != "curves"}
     out["mean_curves"], out["per_seed"] = {}, {}
     for tag, arms in res["curves"].items():
+        L = res["starts"].get(tag, {}).get("levels", 1)
         for label, c in arms.items():
             c = np.asarray(c)
             n = c.shape[1] - 1
-            half = 1.96 * c.std(0, ddof=1) / np.sqrt(c.shape[0]) if c.shape[0] > 1 else np.zeros(c.shape[1])
+            lv = by_level(c, L)  # the band over levels where there are several (as the tables' intervals)
+            half = 1.96 * lv.std(0, ddof=1) / np.sqrt(lv.shape[0]) if lv.shape[0] > 1 else np.zeros(c.shape[1])
             out["mean_curves"].setdefault(tag, {})[label] = {"mean": np.round(c.mean(0), 6).tolist(),
                                                              "half": np.round(half, 6).tolist()}
             out["per_seed"].setdefault(tag, {})[label] = {

@@ -28,6 +28,9 @@ def test_rescore_scores_the_scored_tasks_again_and_the_fresh_ones_after_them(e1_
             assert (r["scored_tasks"], r["fresh_tasks"], len(r["per_task"])) == (4, 3, 7)
             assert r["again"] == pytest.approx(np.mean(r["per_task"][:4]))
             assert r["fresh"] == pytest.approx(np.mean(r["per_task"][4:]))
+            # each level's content id beside its outcome: the arms of a seed share the seed's 7 distinct levels
+            assert len(set(r["task_ids"])) == 7 and r["task_ids"] == info["runs"][f"e1/grpo/seed{s}"]["task_ids"]
+    assert not set(info["runs"]["e1/grpo/seed0"]["task_ids"]) & set(info["runs"]["e1/grpo/seed1"]["task_ids"])
     # the evaluation is the run's final policy on its seed's first 7 held-out levels, with the rescoring key
     setup, state, it = load_run(e1_smoke / "runs" / "e1" / "grpo" / "seed1")
     ev = setup.evaluate(state.params, n_tasks=7, seed=rescore.RESCORE_KEY + 1)

@@ -96,3 +96,62 @@ def test_the_learn_command_writes_the_curves_and_their_table(tmp_path):
     np.testing.assert_allclose(auc, curves[:, 1:].mean(1), atol=1e-6)
     assert d["mean_curves"]["loop / uniform"]["gated_bepo"]["mean"] == pytest.approx(list(curves.mean(0)), abs=1e-6)
     assert "## loop / peaked" in (out / "learn.md").read_text()
+
+
+def test_unit_rms_divides_each_seeds_credit_by_its_root_mean_square():
+    from bepo_jax.lab.learning import unit_rms
+
+    rng = np.random.default_rng(2)
+    adv = rng.normal(size=(3, 2, 4, 5)).astype(np.float32)
+    adv[1] = 0.0  # a seed whose credit is all zero stays zero
+    valid = rng.random((3, 2, 4, 5)) < 0.7
+    got = np.asarray(unit_rms(jnp.asarray(adv), jnp.asarray(valid)))
+    for s in range(3):
+        vals = [adv[s][i] for i in zip(*np.nonzero(valid[s]))]
+        rms = np.sqrt(np.mean(np.square(vals)))
+        want = adv[s] / rms if rms > 0 else np.zeros_like(adv[s])
+        np.testing.assert_allclose(got[s], want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="credit_scale"):
+        LearningConfig(credit_scale="rms")
+
+
+def test_unit_rms_removes_the_rewards_scale_from_an_unscaled_estimators_step():
+    """GiGPO's default credit is linear in the reward: Sokoban paying 10 steps ten times further than
+    paying 1 at one learning rate; with unit-RMS credit the two learn identically."""
+    from bepo_jax.agent.envs.sokoban import SokobanConfig, SokobanEnv
+    from bepo_jax.lab.model import enumerate_states
+
+    models = []
+    for reward in (10.0, 1.0):
+        env = SokobanEnv(SokobanConfig(num_boxes=(1, 1), success_reward=reward))
+        level = jax_tree_first(env.sample_tasks(1, 4))
+        models.append(enumerate_states(env, level))
+    zero = np.zeros((models[0].num_states, models[0].num_actions))
+    curves = lambda m, scale: learning_curves(m, spec("gigpo"), zero, LearningConfig(iterations=6, seeds=8,
+                                                                                     credit_scale=scale))
+    assert not np.allclose(curves(models[0], "none"), curves(models[1], "none"), atol=1e-3)
+    np.testing.assert_allclose(curves(models[0], "unit_rms"), curves(models[1], "unit_rms"), atol=1e-4)
+
+
+def jax_tree_first(tasks):
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: x[0], tasks)
+
+
+def test_several_levels_are_summarised_over_levels_not_pooled_units():
+    from scipy import stats
+
+    from bepo_jax.lab.learning_report import summarize
+
+    rng = np.random.default_rng(3)
+    levels, seeds = 4, 3
+    grpo = rng.random((levels * seeds, 6))
+    other = grpo + rng.normal(0.05, 0.02, (levels * seeds, 1))
+    res = {"curves": {"w / uniform": {"grpo": grpo.tolist(), "x": other.tolist()}},
+           "starts": {"w / uniform": {"levels": levels}}}
+    row = summarize(res)["w / uniform"]["x"]
+    per_level = (other[:, 1:].mean(1) - grpo[:, 1:].mean(1)).reshape(levels, seeds).mean(1)
+    half = stats.t.ppf(0.975, levels - 1) * per_level.std(ddof=1) / np.sqrt(levels)
+    assert row["auc_minus_grpo"] == pytest.approx((per_level.mean(), half))
+    assert row["levels"] == levels and row["seeds"] == seeds

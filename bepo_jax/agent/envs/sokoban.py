@@ -232,6 +232,14 @@ class SokobanEnv:
     def sample_tasks(self, n: int, seed: int) -> Level:
         return generate_levels(n, config=self.config, seed=seed)
 
+    def task_signatures(self, tasks: Level) -> list[str]:
+        """Each level's content digest (walls, targets, boxes, player): equal iff the levels are
+        the same puzzle (``envs.pools``, which keeps evaluation pools disjoint from training pools)."""
+        from .pools import digest
+
+        walls, targets, boxes, player = (np.asarray(x) for x in tasks)
+        return [digest(walls[i], targets[i], boxes[i], player[i]) for i in range(len(player))]
+
     def reset(self, task: Level) -> SokobanState:
         return reset(task)
 

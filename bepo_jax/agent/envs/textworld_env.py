@@ -80,19 +80,16 @@ def game_signature(path: str | Path) -> str:
 
 def disjoint_games(n: int, out_dir: str | Path, *, seed: int, exclude: set[str], **kw) -> list[Path]:
     """The first ``n`` games of the sequence from ``seed`` whose content (``game_signature``) is not
-    in ``exclude`` nor repeated among them (generated as needed; at most 20 n tried)."""
-    out, seen = [], set(exclude)
-    i = 0
-    while len(out) < n:
-        if i >= 20 * max(n, 1):
-            raise ValueError(f"disjoint_games: only {len(out)} of {n} games with new content in {i} seeds from "
-                             f"{seed}; the generator's space is too small (raise rooms, objects or quest_length).")
-        (g,) = generate_games(1, out_dir, seed=seed + i, **kw)
-        sig = game_signature(g)
-        if sig not in seen:
-            seen.add(sig)
-            out.append(g)
-        i += 1
+    in ``exclude`` nor repeated among them (``pools.first_new``; generated as needed, at most
+    ``pools.MAX_DRAWS`` n tried)."""
+    from .pools import MAX_DRAWS, first_new
+
+    tries = MAX_DRAWS * max(n, 1)
+    games = (generate_games(1, out_dir, seed=seed + i, **kw)[0] for i in range(tries))
+    out = first_new(games, n, game_signature, exclude)
+    if len(out) < n:
+        raise ValueError(f"disjoint_games: only {len(out)} of {n} games with new content in {tries} seeds from "
+                         f"{seed}; the generator's space is too small (raise rooms, objects or quest_length).")
     return out
 
 
@@ -169,6 +166,10 @@ class TextWorldRun:
         train = {game_signature(p) for p in self.train_tasks}
         return [str(p) for p in disjoint_games(n, self.games_dir, seed=self._held_out_seed, exclude=train,
                                                **self._kw)]
+
+    def task_signatures(self, games: list[str]) -> list[str]:
+        """Each game's content digest (``game_signature``)."""
+        return [game_signature(g) for g in games]
 
     def rollout_args(self) -> dict:
         make = lambda: TextWorldEnv(obs_chars=self.obs_len, objective_chars=self.task_len,

@@ -19,10 +19,9 @@ ARCHITECTURE = ("env", "layers", "width", "heads", "prompt_history", "max_steps"
                 "quest_length")  # what fixes the parameters' shapes and the prompts they were trained on
 
 
-def load_initial_params(cfg: RunConfig, trainer: Trainer, state: TrainState) -> TrainState:
-    """``state`` with its parameters from ``cfg.init_from`` (a run directory or its checkpoints/):
-    the newest checkpoint's parameters; the optimizer state, step and RNG stay fresh. The source's
-    architecture and environment must equal ``cfg``'s (``ARCHITECTURE``)."""
+def source_run(cfg: RunConfig) -> tuple[Path, RunConfig]:
+    """The run directory ``cfg.init_from`` names and its stored config, whose ``ARCHITECTURE``
+    fields must equal ``cfg``'s (a ValueError names the fields, or says it is not a run directory)."""
     src = Path(cfg.init_from)
     run = src.parent if src.name == "checkpoints" else src
     cfg_path = run / "config.json"
@@ -35,9 +34,30 @@ def load_initial_params(cfg: RunConfig, trainer: Trainer, state: TrainState) -> 
         raise ValueError(f"RunConfig.init_from={cfg.init_from!r}: that run's {diff} differ from this run's "
                          f"({', '.join(f'{f}={getattr(stored, f)!r} there, {getattr(cfg, f)!r} here' for f in diff)}); "
                          "its parameters do not fit this policy. Train the warm start with the same settings.")
+    return run, stored
+
+
+def load_initial_params(cfg: RunConfig, trainer: Trainer, state: TrainState) -> TrainState:
+    """``state`` with its parameters from ``cfg.init_from`` (a run directory or its checkpoints/):
+    the newest checkpoint's parameters; the optimizer state, step and RNG stay fresh. The source's
+    architecture and environment must equal ``cfg``'s (``ARCHITECTURE``)."""
+    run, stored = source_run(cfg)
     ckpt = Checkpointer(run / "checkpoints", max_to_keep=stored.keep_checkpoints)
     try:
         loaded, _, _ = ckpt.restore_latest(trainer.abstract_state())
     finally:
         ckpt.close()
     return state._replace(params=loaded.params)
+
+
+def trained_configs(cfg: RunConfig) -> list[RunConfig]:
+    """``cfg`` and every run it starts from (``init_from``, followed back): the configs whose
+    training pools (a warm start's demonstration levels among them) its held-out tasks must avoid."""
+    out, seen = [cfg], set()
+    while out[-1].init_from:
+        run, stored = source_run(out[-1])
+        if run.resolve() in seen:
+            raise ValueError(f"RunConfig.init_from={out[-1].init_from!r}: the chain of warm starts loops back to {run}.")
+        seen.add(run.resolve())
+        out.append(stored)
+    return out

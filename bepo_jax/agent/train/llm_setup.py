@@ -25,11 +25,13 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from ...credit.estimators.registry import get_estimator, make_config
 from ...credit.similarity import SimilarityConfig, merge_similar
 from ..chat_rollout import ChatRollout, ChatRolloutConfig
+from ..envs.pools import has_signatures
 from ..envs.registry import is_host_env, make_host_env, make_jax_env
 from ..host_rollout import JaxEnvOnHost
 from ..models.lora import LoRAConfig, add_lora, trainable
@@ -38,7 +40,7 @@ from ..rl.loss import PPOLossConfig
 from ..rl.train_step import TrainConfig, Trainer, TrainState
 from ..rollout import Rollout
 from .config import EVAL_SEED_OFFSET, RunConfig
-from .setup import Setup
+from .setup import DEFAULT_POOL, Setup, held_out_pool, training_pool
 
 
 class JaxTextGames:
@@ -46,20 +48,24 @@ class JaxTextGames:
     each episode is a ``JaxEnvOnHost`` (the rendered observation as text, the action words as the
     admissible commands, the environment's ``objective`` attribute as the task); the run's
     training pool (``task_pool``, default 32) and held-out tasks as the character policy's runs
-    draw them (seed, seed + ``EVAL_SEED_OFFSET``)."""
+    draw them (``setup.training_pool``, ``setup.held_out_pool``: disjoint in content)."""
 
     def __init__(self, env, cfg: RunConfig):
         self.jax_env, self.cfg = env, cfg
-        self.pool = cfg.task_pool or 32
+        self.pool = cfg.task_pool or DEFAULT_POOL
         self.max_steps = cfg.max_steps or env.max_steps
-        self.train_tasks = self._tasks(self.pool, cfg.seed)
+        self._train = training_pool(env, cfg)
+        self.train_tasks = self._split(self._train, self.pool)
+        if has_signatures(env):  # content ids for per-task results (envs.pools.task_ids)
+            self.task_signatures = lambda tasks: env.task_signatures(
+                jax.tree_util.tree_map(lambda *x: np.stack(x), *tasks))
 
-    def _tasks(self, n: int, seed: int) -> list:
-        tasks = self.jax_env.sample_tasks(n, seed)
+    @staticmethod
+    def _split(tasks, n: int) -> list:
         return [jax.tree_util.tree_map(lambda x, i=i: x[i], tasks) for i in range(n)]
 
     def held_out(self, n: int) -> list:
-        return self._tasks(n, self.cfg.seed + EVAL_SEED_OFFSET)
+        return self._split(held_out_pool(self.jax_env, self.cfg, n, self._train), n)
 
     def chat_env(self) -> JaxEnvOnHost:
         return JaxEnvOnHost(self.jax_env)

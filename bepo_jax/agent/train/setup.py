@@ -32,10 +32,35 @@ from ..rl.train_step import TrainConfig, Trainer, TrainState, UpdateBatch
 from ..rollout import Rollout, RolloutConfig, make_rollout, prompt_length
 from ...credit.tokens import to_token_advantages
 from .config import EVAL_SEED_OFFSET, RunConfig
-from .init_from import load_initial_params
+from .init_from import load_initial_params, trained_configs
 from .report import mean_ci
 
 MIN_RESPONSE = 8  # response tokens at least (the action word and its EOS must fit)
+DEFAULT_POOL = 32  # training tasks of a JAX environment when task_pool is 0
+
+
+def training_pool(env, cfg: RunConfig):
+    """A JAX environment's training tasks for ``cfg``: the first ``task_pool`` (default
+    DEFAULT_POOL) of ``env.sample_tasks(., cfg.seed)``."""
+    return env.sample_tasks(cfg.task_pool or DEFAULT_POOL, cfg.seed)
+
+
+def held_out_pool(env, cfg: RunConfig, n: int, train_tasks=None):
+    """A JAX environment's first ``n`` held-out tasks for ``cfg``: the sequence from ``seed +
+    EVAL_SEED_OFFSET`` without any task whose content (``task_signatures``) is in the run's training
+    pool, in the pool of a run it starts from (``init_from``: a warm start's demonstration levels),
+    or earlier in the pool (``envs.pools``). An environment without ``task_signatures`` keeps the
+    plain seeded sequence. ``train_tasks``: the run's own training pool, when already drawn."""
+    from ..envs.pools import disjoint_tasks, has_signatures
+
+    seed = cfg.seed + EVAL_SEED_OFFSET
+    if not has_signatures(env):
+        return env.sample_tasks(n, seed)
+    exclude = set()
+    for i, c in enumerate(trained_configs(cfg)):
+        exclude.update(env.task_signatures(train_tasks if i == 0 and train_tasks is not None
+                                           else training_pool(env, c)))
+    return disjoint_tasks(env, n, seed, exclude)
 
 
 class Setup:
@@ -57,9 +82,9 @@ class Setup:
             word = max(len(w) for w in self.env.action_words)
             P = prompt_length(self.env.obs_len, cfg.prompt_history, word)
             self.max_steps = self.env.max_steps
-            pool = cfg.task_pool or 32
-            self.train_tasks = self.env.sample_tasks(pool, cfg.seed)
-            self.eval_pool = self.env.sample_tasks(cfg.eval_tasks, cfg.seed + EVAL_SEED_OFFSET)
+            pool = cfg.task_pool or DEFAULT_POOL
+            self.train_tasks = training_pool(self.env, cfg)
+            self.eval_pool = held_out_pool(self.env, cfg, cfg.eval_tasks, self.train_tasks)
         # The response holds the longest action word (or command) and its EOS (at least MIN_RESPONSE tokens).
         self.rollout_cfg = RolloutConfig(group_size=cfg.group_size, prompt_history=cfg.prompt_history,
                                          temperature=cfg.temperature, constrained=cfg.constrained,
@@ -191,12 +216,13 @@ class Setup:
 
     def held_out_tasks(self, n: int):
         """The run's first ``n`` held-out tasks (TextWorld: game paths; JAX environments: a pytree
-        of arrays), drawn with ``seed + EVAL_SEED_OFFSET``; ``eval_pool`` holds the first ``eval_tasks``."""
+        of arrays), drawn with ``seed + EVAL_SEED_OFFSET`` and disjoint in content from the training
+        pools (``held_out_pool``); ``eval_pool`` holds the first ``eval_tasks``."""
         if n == self.cfg.eval_tasks:
             return self.eval_pool
         if self.host:
             return self.env.held_out(n)
-        return self.env.sample_tasks(n, self.cfg.seed + EVAL_SEED_OFFSET)
+        return held_out_pool(self.env, self.cfg, n, self.train_tasks)
 
     def eval_pool_for(self, *, n_tasks: Optional[int] = None, training: bool = False):
         """The tasks an evaluation runs on (JAX environments: a pytree of arrays): the first

@@ -13,6 +13,7 @@ from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
 from .hgpo import HGPOConfig, hgpo, hgpo_kernel
 from .g2po import G2POConfig, g2po, g2po_kernel
 from .g2po_abstract import G2POAbstractConfig, g2po_abstract, g2po_abstract_kernel
+from .proxmo import ProxMOConfig, proxmo, proxmo_kernel, tfidf_features
 from .bepo import GatedBEPOConfig, gated_bepo, gated_bepo_kernel
 from .ablations import (GAGPOConfig, bepo_additive, bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate,
                         bepo_nogate_kernel, gagpo, gagpo_kernel)
@@ -27,6 +28,7 @@ __all__ = [
     "GraphGPOConfig", "graphgpo", "graphgpo_kernel",
     "HGPOConfig", "hgpo", "hgpo_kernel",
     "G2POConfig", "g2po", "g2po_kernel", "G2POAbstractConfig", "g2po_abstract", "g2po_abstract_kernel",
+    "ProxMOConfig", "proxmo", "proxmo_kernel", "tfidf_features",
     "GatedBEPOConfig", "gated_bepo", "gated_bepo_kernel",
     "GAGPOConfig", "gagpo", "gagpo_kernel",
     "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
