@@ -16,7 +16,8 @@ iterations, groups and sampling keys as tabular_learning):
   direction differs.
 
 Writes experiments/results/tabular_step_size.{json,md} (each setting's tables, and the rankings of
-the areas under the curve side by side with tabular_learning's). ~12 minutes on 2 CPU cores.
+the areas under the curve side by side with tabular_learning's). ~15 minutes on 2 CPU cores; each
+study's curves are kept in tabular_step_size.parts/ as it finishes, so a stopped run resumes.
 
     python -m experiments.tabular_step_size
 """
@@ -93,25 +94,35 @@ def main(argv=None) -> int:
     cmd = command("tabular_step_size", argv)
     results, md = {}, []
     t_all = time.perf_counter()
+    parts = out / f"{name}.parts"  # each study's curves, kept as it finishes: a stopped run resumes
+    parts.mkdir(exist_ok=True)
     for label, studies in settings(args.quick).items():
         res = {"curves": {}, "starts": {}}
-        t0 = time.perf_counter()
-        for worlds, cfg, levels in studies:
-            part = run(worlds, ests, cfg, levels=levels)
+        wall = 0.0
+        for i, (worlds, cfg, levels) in enumerate(studies):
+            path = parts / f"{label}_{i}.json"
+            if path.exists():
+                part = json.loads(path.read_text())
+            else:
+                t0 = time.perf_counter()
+                part = run(worlds, ests, cfg, levels=levels)
+                part["wall_s"] = time.perf_counter() - t0
+                write_json(path, part, indent=None)
+            wall += part["wall_s"]
             res["curves"].update(part["curves"])
             res["starts"].update(part["starts"])
             res.setdefault("configs", []).append(part["config"])
             res["config"], res["estimators"] = part["config"], part["estimators"]
         summary = summarize(res)
-        wall = time.perf_counter() - t0
         results[label] = {"configs": res["configs"], "summary": summary, "ranking": ranking(summary),
                           "per_seed": compact(res)["per_seed"], "starts": res["starts"], "wall_s": wall}
         text = markdown(res, summary, cmd, wall).replace(REWARD_1, "sokoban (reward 1)")
         md += [f"# Setting `{label}`", ""] + text.split("\n")[2:]
     recorded_path = out / "tabular_learning.json"
     recorded = ranking(json.loads(recorded_path.read_text())["summary"]) if recorded_path.exists() else {}
-    head = ["# Tabular learning: credit or step size?", "", f"Command: `{cmd}`; {(time.perf_counter() - t_all) / 60:.1f} "
-            "min in all. Settings: " + ", ".join(f"`{k}`" for k in results) + " (the program's docstring says what "
+    spent = sum(r["wall_s"] for r in results.values())
+    head = ["# Tabular learning: credit or step size?", "", f"Command: `{cmd}`; {spent / 60:.1f} min of runs in all "
+            f"({(time.perf_counter() - t_all) / 60:.1f} in this call). Settings: " + ", ".join(f"`{k}`" for k in results) + " (the program's docstring says what "
             "each changes).", ""]
     write_json(out / f"{name}.json", {"command": cmd, "settings": results}, indent=None)
     write_text(out / f"{name}.md", "\n".join(head + comparison(results, recorded) + md))

@@ -181,3 +181,42 @@ for ax, (start, logits) in zip(axes, starts.items()):
     ax.set_title(f"{start} start"); ax.set_xlabel("update"); ax.grid(alpha=0.3)
 axes[0].set_ylabel("exact success"); axes[0].legend()
 plt.show()
+
+# %% [markdown]
+# ## The diagnostic protocol: decision density, with the gate open and closed
+#
+# `decisions` worlds have a fixed horizon of which a share are decisions (one action keeps the
+# agent on track, the other loses the episode) and the rest routine (A^pi = 0 there). A lost
+# decision shows at once (*visible*: the gate sees two successors) or only in the outcome
+# (*hidden*: the views alias and the gate stays closed). Beside the correlation with A^pi, two
+# scores of the protocol: the **partial correlation given the trajectory's return** (what the step
+# credit knows beyond the outcome; GRPO's is 0 by construction) and **coverage** (the share of
+# records where the step mechanism acts). The full sweep is `python -m experiments.credit_protocol`
+# (docs/credit-lab.md).
+
+# %%
+from bepo_jax.agent.envs.diagnostic import decisions
+
+rows = []
+for visible in (True, False):
+    for density in (0.25, 1.0):
+        m = lab.enumerate_states(decisions(8, density, visible), 0)
+        pi = np.full((m.num_states, 2), 0.25)
+        pi[np.arange(m.num_states), np.asarray(m.depth) % 2] = 0.75  # the on-track action with probability 0.75
+        rep = credit_quality(m, pi, [spec("grpo"), spec("gigpo"), spec("proxmo"), spec("gated_bepo")],
+                             LabConfig(group_size=8, num_groups=GROUPS, num_batches=BATCHES))
+        for name, e in rep["estimators"].items():
+            if name != "oracle":
+                rows.append((("visible" if visible else "hidden"), density, name, e["partial_return"]["mean"],
+                             e["coverage"]["mean"]))
+display(Markdown("| branching | density | estimator | partial corr. given return | coverage |\n|---|---|---|---|---|\n"
+                 + "\n".join(f"| {b} | {d:g} | {n} | {p:.3f} | {c:.2f} |" for b, d, n, p, c in rows)))
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
+for ax, branching in zip(axes, ("visible", "hidden")):
+    for name in ("grpo", "gigpo", "proxmo", "gated_bepo"):
+        pts = [(d, p) for b, d, n, p, _ in rows if b == branching and n == name]
+        ax.plot([d for d, _ in pts], [p for _, p in pts], marker="o", label=name)
+    ax.set_title(f"{branching}: partial correlation given the return"); ax.set_xlabel("decision density")
+    ax.grid(alpha=0.3)
+axes[0].legend()
+plt.show()

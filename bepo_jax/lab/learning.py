@@ -125,23 +125,29 @@ def _run(tables: PaddedTables, theta0, key, kernel, est_cfg, *, seeds, num_group
         if scale == "unit_rms":
             adv = unit_rms(adv, smp.batch.mask)
         thetas = thetas + lr * grad(thetas, smp.state, smp.action, adv, smp.batch.mask)
-        return thetas, succ(thetas)
+        valid = smp.batch.mask
+        axes = tuple(range(1, valid.ndim))
+        mass = ((adv != 0) & valid).sum(axes) / jnp.maximum(valid.sum(axes), 1)  # records carrying credit
+        return thetas, (succ(thetas), mass)
 
     thetas = jnp.broadcast_to(theta0, (seeds,) + theta0.shape)
     first = succ(thetas)
     # iteration i of every seed uses key fold_in(base, i) split over the seeds: arms with one base key share them
     its = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(iterations))
-    _, curve = jax.lax.scan(step, thetas, its)
-    return jnp.concatenate([first[None], curve]).T
+    _, (curve, mass) = jax.lax.scan(step, thetas, its)
+    return jnp.concatenate([first[None], curve]).T, mass.T
 
 
 _run_jit = jax.jit(_run, static_argnames=("kernel", "seeds", "num_groups", "group_size", "horizon", "iterations",
                                           "scale"))
 
 
-def learning_curves(model: TabularModel, estimator: EstimatorSpec, init_logits, cfg: LearningConfig = LearningConfig()
-                    ) -> Float[np.ndarray, "seeds iterations1"]:
-    """Exact success before and after every update, per seed (module docstring)."""
+def learning_curves(model: TabularModel, estimator: EstimatorSpec, init_logits, cfg: LearningConfig = LearningConfig(),
+                    *, with_mass: bool = False):
+    """Exact success before and after every update, per seed (module docstring): float [seeds, iterations + 1];
+    with ``with_mass``, also the credit mass of every update, float [seeds, iterations]: the share of the
+    sampled records whose credit is not 0 (with the number of updates, equal for every arm, the effective
+    sample size a learning comparison must report)."""
     theta0 = np.asarray(init_logits, np.float64)
     if theta0.shape != (model.num_states, model.num_actions):
         raise ValueError(f"init_logits has shape {theta0.shape}; want [num_states, num_actions] = "
@@ -156,7 +162,8 @@ def learning_curves(model: TabularModel, estimator: EstimatorSpec, init_logits, 
     out = _run_jit(tables, jnp.asarray(pad), jax.random.PRNGKey(cfg.seed), get_estimator(estimator.name).kernel,
                    estimator.config(), seeds=cfg.seeds, num_groups=cfg.num_groups, group_size=cfg.group_size, horizon=int(model.horizon),
                    iterations=cfg.iterations, lr=float(cfg.learning_rate), scale=cfg.credit_scale)
-    return np.asarray(out, np.float64)
+    curves, mass = (np.asarray(x, np.float64) for x in out)
+    return (curves, mass) if with_mass else curves
 
 
 def boltzmann_start(model: TabularModel, success: float = 0.5, *, tol: float = 0.01) -> tuple[np.ndarray, float]:

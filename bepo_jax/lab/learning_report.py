@@ -55,8 +55,10 @@ def run(worlds, estimators, cfg: LearningConfig, starts=("uniform", "peaked"), *
             for s in specs:
                 t0 = time.perf_counter()
                 # levels as seeds of one arm: every level its seeds, concatenated (level-major)
-                c = np.concatenate([learning_curves(m, s, lg, cfg) for m, lg in zip(used, inits)])
+                parts = [learning_curves(m, s, lg, cfg, with_mass=True) for m, lg in zip(used, inits)]
+                c = np.concatenate([x for x, _ in parts])
                 res["curves"].setdefault(tag, {})[s.label] = c.tolist()
+                res.setdefault("mass", {}).setdefault(tag, {})[s.label] = np.concatenate([y for _, y in parts]).tolist()
                 if not quiet:
                     print(f"{tag:>24} {s.label:>16}: success {c[:, 0].mean():.3f} -> {c[:, -1].mean():.3f} "
                           f"({time.perf_counter() - t0:.1f} s)", flush=True)
@@ -90,6 +92,10 @@ def summarize(res: dict) -> dict:
                    "median_iterations_to_level": float(np.median(hit[hit >= 0])) if (hit >= 0).any() else None,
                    "share_reaching_level": float((hit >= 0).mean()), "seeds": int(c.shape[0]) // max(L, 1),
                    "levels": L}
+            mass = res.get("mass", {}).get(tag, {}).get(label)
+            if mass is not None:  # the effective sample size beside the curve (every arm takes as many steps)
+                row["credit_mass"] = mean_ci(by_level(np.asarray(mass).mean(1), L))
+                row["updates"] = n
             if grpo is not None and label != "grpo":
                 d = by_level(auc - grpo[:, 1:].mean(1), L)
                 row["auc_minus_grpo"] = mean_ci(d)
@@ -124,7 +130,9 @@ def markdown(res: dict, summary: dict, command: str, wall: float) -> str:
              "number: points of success, mean +- the 95% Student-t half-width over seeds (a world of several levels: "
              "over levels, each level's mean over its seeds first; 'n > 0' then counts levels); 'AUC - GRPO' is "
              f"paired (same sampling keys). 'To {LEVEL:.0%}': the median iteration reaching it among the seeds that "
-             f"do, and their share. {scale}", ""]
+             f"do, and their share. 'Credit mass': the share of sampled records whose credit is not 0, mean over the "
+             f"{c['iterations']} updates (every arm takes as many: the effective sample size of the comparison). "
+             f"{scale}", ""]
     skipped = [f"{tag}: {v['skipped'][0]}" for tag, v in res["starts"].items() if v["skipped"] and tag not in summary]
     partly = [f"{tag}: {len(v['skipped'])} of {len(v['skipped']) + len(v['states'])} levels have no such start"
               for tag, v in res["starts"].items() if v["skipped"] and tag in summary]
@@ -134,7 +142,7 @@ def markdown(res: dict, summary: dict, command: str, wall: float) -> str:
     for tag, rows in summary.items():
         n = max(int(k) for k in next(iter(rows.values()))["at"])
         lines += [f"## {tag}", "", f"| estimator | start | after {min(5, n)} | after {min(10, n)} | after {n} | AUC | AUC - GRPO "
-                  f"(n > 0) | to {LEVEL:.0%} |", "|---|---|---|---|---|---|---|---|"]
+                  f"(n > 0) | to {LEVEL:.0%} | credit mass |", "|---|---|---|---|---|---|---|---|---|"]
         for label, r in rows.items():
             at = r["at"]
             diff = (f"{_pts(r['auc_minus_grpo'])} ({r['auc_minus_grpo_above_0']}/{r['levels'] if r['levels'] > 1 else r['seeds']})"
@@ -142,7 +150,8 @@ def markdown(res: dict, summary: dict, command: str, wall: float) -> str:
             reach = ("never" if r["median_iterations_to_level"] is None else
                      f"{r['median_iterations_to_level']:.0f} ({r['share_reaching_level']:.0%})")
             lines.append(f"| {label} | {_pts(at['0'])} | {_pts(at[str(min(5, n))])} | {_pts(at[str(min(10, n))])} | "
-                         f"{_pts(at[str(n)])} | {_pts(r['auc'])} | {diff} | {reach} |")
+                         f"{_pts(at[str(n)])} | {_pts(r['auc'])} | {diff} | {reach} | "
+                         f"{_pts(r['credit_mass']) if 'credit_mass' in r else '-'} |")
         lines.append("")
     return "\n".join(lines)
 

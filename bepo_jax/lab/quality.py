@@ -15,7 +15,16 @@ is compared with y_i = A^pi[t, s, a] (``evaluate`` with the objective's ``gamma`
   onehot(a_i) - pi(. | s_i) at row s_i) and the exact policy gradient;
 - the same correlation and sign accuracy restricted to gated / ungated records (the
   Gated-BEPO gate with its default config), successful / failed trajectories, and the
-  early / middle / late third of the time limit.
+  early / middle / late third of the time limit;
+- the diagnostic protocol's scores (docs/credit-lab.md): ``spearman_null`` -- the 97.5%
+  quantile of the rank correlation after shuffling x within each group (``NULL_SHUFFLES``
+  times: the band a credit without information reaches); ``partial_return`` -- the partial
+  correlation of x and y given the record's trajectory return R (the Pearson correlation of
+  their residuals after regressing each on [1, R]: does the step credit carry anything
+  beyond the outcome?); ``coverage`` -- the share of records where the estimator's step
+  mechanism acts (``acting``: its own gate where it has one, else a state shared by two or
+  more records of the group, nowhere for GRPO), with ``pearson`` / ``sign_acc`` /
+  ``affine_err`` on the covered and the fallback records apart.
 
 Value quality (the certainty-equivalence argument): at every record, the Monte-Carlo
 state mean (``bepo_mc``) and the fixed-point value (``gated_bepo``) against the exact
@@ -44,7 +53,8 @@ from .model import TabularModel
 from .sample import sample_groups
 
 ORACLE = "oracle"
-HEADLINE = ("pearson", "spearman", "sign_acc", "affine_err", "grad_cos")
+HEADLINE = ("pearson", "spearman", "sign_acc", "affine_err", "grad_cos", "partial_return")
+NULL_SHUFFLES = 50  # within-group shuffles of x for the rank correlation's no-information band
 SPLITS = ("gated", "ungated", "success", "failed", "early", "middle", "late")
 
 
@@ -151,14 +161,72 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a.ravel() @ b.ravel() / (na * nb)) if na > 0 and nb > 0 else 0.0
 
 
-def record_metrics(x, y, group, split_masks: Mapping[str, np.ndarray]) -> dict:
-    """The per-record metrics of one batch (module docstring), ``grad_cos`` aside."""
+def partial_correlation(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
+    """Pearson correlation of x and y after regressing each on [1, z] (least squares)."""
+    if len(x) < 3:
+        return float("nan")
+    design = np.stack([np.ones_like(z), z], axis=1)
+    resid = lambda v: v - design @ np.linalg.lstsq(design, v, rcond=None)[0]
+    return _pearson(resid(x), resid(y))
+
+
+def shuffled_spearman(x: np.ndarray, y: np.ndarray, group: np.ndarray, *, shuffles: int = NULL_SHUFFLES,
+                      seed: int = 0) -> np.ndarray:
+    """The rank correlation of y with x shuffled within each group, ``shuffles`` times."""
+    rng = np.random.default_rng(seed)
+    order = np.argsort(group, kind="stable")  # records by group
+    ry = _ranks(y)
+    out = np.empty(shuffles)
+    for i in range(shuffles):
+        perm = np.lexsort((rng.random(len(x)), group))  # by group, then at random within it
+        xs = np.empty_like(x)
+        xs[order] = x[perm]
+        out[i] = _pearson(_ranks(xs), ry)
+    return out
+
+
+def record_metrics(x, y, group, split_masks: Mapping[str, np.ndarray], *, ret=None, covered=None) -> dict:
+    """The per-record metrics of one batch (module docstring), ``grad_cos`` aside; ``ret``: each record's
+    trajectory return (the partial correlation given it); ``covered``: where the estimator's step mechanism
+    acts (coverage and the covered / fallback split)."""
     out = {"pearson": _pearson(x, y), "spearman": _pearson(_ranks(x), _ranks(y)), "sign_acc": sign_accuracy(x, y),
            "affine_err": affine_error(x, y, group)}
     for name, m in split_masks.items():
         out[f"pearson_{name}"] = _pearson(x[m], y[m]) if m.sum() > 1 else float("nan")
         out[f"sign_acc_{name}"] = sign_accuracy(x[m], y[m]) if m.any() else float("nan")
+    if ret is not None:
+        out["partial_return"] = partial_correlation(x, y, ret)
+        out["spearman_null"] = float(np.quantile(shuffled_spearman(x, y, group), 0.975))
+    if covered is not None:
+        out["coverage"] = float(covered.mean())
+        for name, m in (("covered", covered), ("fallback", ~covered)):
+            out[f"pearson_{name}"] = _pearson(x[m], y[m]) if m.sum() > 1 else float("nan")
+            out[f"sign_acc_{name}"] = sign_accuracy(x[m], y[m]) if m.any() else float("nan")
+            out[f"affine_err_{name}"] = affine_error(x[m], y[m], group[m]) if m.sum() > 1 else float("nan")
     return out
+
+
+def acting(name: str, output, shared: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Where an estimator's step mechanism acts, per valid record: its own gate (``output.gate``), nothing for
+    GRPO (outcome credit only), else a state shared by two or more records of the group (where step groups,
+    graph values and soft kernels have something to compare)."""
+    if name == "grpo":
+        return np.zeros(int(mask.sum()), bool)
+    gate = getattr(output, "gate", None)
+    return np.asarray(gate)[mask] if gate is not None else shared
+
+
+def shared_states(obs_key: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per valid record: is its observation seen by another record of its group?"""
+    B = mask.shape[0]
+    out = []
+    for b in range(B):
+        keys = [tuple(k) for k in obs_key[b][mask[b]]]
+        counts: dict = {}
+        for k in keys:
+            counts[k] = counts.get(k, 0) + 1
+        out += [counts[k] > 1 for k in keys]
+    return np.asarray(out, bool)
 
 
 # ------------------------------------------------------------------------------ one batch
@@ -242,12 +310,16 @@ def _batch_metrics(truth: _Truth, specs: Sequence[EstimatorSpec], cfg: LabConfig
               "early": tt < H / 3, "middle": (tt >= H / 3) & (tt < 2 * H / 3), "late": tt >= 2 * H / 3}
     out = {"_records": float(mask.sum()), "_gated_share": float(gate.mean()),
            "_success": float((np.asarray(batch.outcome) == SUCCESS).mean())}
+    ret = sel(np.broadcast_to(np.where(mask, np.asarray(batch.reward), 0.0).sum(-1, keepdims=True), (B, K, T)))
+    shared = shared_states(np.asarray(batch.obs_key), mask)
     for sp in list(specs) + [None]:
         if sp is None:
-            label, x = ORACLE, y
+            label, x, covered = ORACLE, y, None
         else:
-            label, x = sp.label, sel(run(sp.name, sp.overrides).advantage).astype(np.float64)
-        m = record_metrics(x, y, sel(group), splits)
+            res = run(sp.name, sp.overrides)
+            label, x = sp.label, sel(res.advantage).astype(np.float64)
+            covered = acting(sp.name, res, shared, mask)
+        m = record_metrics(x, y, sel(group), splits, ret=ret, covered=covered)
         m["grad_cos"] = _cosine(np.concatenate([g.ravel() for g in _gradient(x, tk, st, ac, truth)]), true_grad)
         out[label] = m
 

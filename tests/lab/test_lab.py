@@ -315,3 +315,63 @@ def test_token_policy_probs_match_constrained_sampling():
     assert np.all(np.abs(freq - probs[0]) <= 5 * se), (freq, probs[0])
     with pytest.raises(ValueError, match="prompt_history=2"):
         token_policy_probs(lm, world, m, prompt_history=2)
+
+
+def test_the_decisions_world_has_exact_zero_advantage_at_routine_steps():
+    """``decisions``: A^pi at an on-track state of step t is 0 on a routine step and, on a decision step,
+    q^m (1 - q) for the on-track action (m = decisions after t, q its probability), -q^(m+1) for the other;
+    the success probability is q^n for n decisions; hidden and visible worlds have the same truth."""
+    from bepo_jax.agent.envs.diagnostic import decision_steps, decisions
+    from bepo_jax.lab.exact import evaluate
+    from bepo_jax.lab.model import enumerate_states
+
+    q = 0.75
+    for density in (0.25, 0.5):
+        D = decision_steps(8, density)
+        results = []
+        for visible in (True, False):
+            m = enumerate_states(decisions(8, density, visible), 0)
+            t = np.asarray(m.depth)
+            probs = np.full((m.num_states, 2), 1 - q)
+            probs[np.arange(m.num_states), t % 2] = q
+            ev = evaluate(m, probs)
+            assert ev.success == pytest.approx(q ** len(D))
+            on = [s for s in range(m.num_states) if int(m.inner[s]) < 8]  # on-track hidden states 0..7
+            for s in on:
+                step = int(t[s])
+                after = sum(d > step for d in D)
+                good, bad = (q ** after * (1 - q), -(q ** (after + 1))) if step in D else (0.0, 0.0)
+                np.testing.assert_allclose(ev.A[step, s, [step % 2, 1 - step % 2]], [good, bad], atol=1e-9)
+            results.append(ev.success)
+        assert results[0] == results[1]
+
+
+def test_partial_correlation_and_the_shuffled_band():
+    from bepo_jax.lab.quality import partial_correlation, shared_states, shuffled_spearman
+
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=400)
+    x = z + rng.normal(size=400)
+    y = 2 * z + x + rng.normal(size=400)
+    r = lambda a, b: np.corrcoef(a, b)[0, 1]
+    want = (r(x, y) - r(x, z) * r(y, z)) / np.sqrt((1 - r(x, z) ** 2) * (1 - r(y, z) ** 2))  # the textbook formula
+    assert partial_correlation(x, y, z) == pytest.approx(want, abs=1e-9)
+    group = np.repeat(np.arange(8), 50)
+    null = shuffled_spearman(x, y, group, shuffles=20)
+    assert null.shape == (20,) and np.all(np.abs(null) < 0.25)  # shuffling destroys the association
+    # a shuffle stays within its group: the per-group sorted credit is unchanged
+    rng2 = np.random.default_rng(0)
+    order = np.argsort(group, kind="stable")
+    perm = np.lexsort((rng2.random(400), group))
+    xs = np.empty_like(x)
+    xs[order] = x[perm]
+    for g in range(8):
+        np.testing.assert_array_equal(np.sort(xs[group == g]), np.sort(x[group == g]))
+    # shared states: an observation seen by another record of the same group (a plain loop)
+    keys = rng.integers(0, 3, (2, 3, 4, 2)).astype(np.uint32)
+    mask = np.arange(4)[None, None, :] < rng.integers(1, 5, (2, 3))[..., None]
+    want = []
+    for b in range(2):
+        ks = [tuple(k) for k in keys[b][mask[b]]]
+        want += [ks.count(k) > 1 for k in ks]
+    np.testing.assert_array_equal(shared_states(keys, mask), want)

@@ -155,3 +155,18 @@ def test_several_levels_are_summarised_over_levels_not_pooled_units():
     half = stats.t.ppf(0.975, levels - 1) * per_level.std(ddof=1) / np.sqrt(levels)
     assert row["auc_minus_grpo"] == pytest.approx((per_level.mean(), half))
     assert row["levels"] == levels and row["seeds"] == seeds
+
+
+def test_the_credit_mass_is_the_share_of_records_with_credit(key_door):
+    """The credit mass is a share per update and seed, asking for it leaves the curves as they were, and
+    where GRPO gives no credit (a group whose trajectories all end alike) Gated-BEPO's step credit still
+    acts: on the same samples (one key) its mass is never below GRPO's."""
+    zero = np.zeros((key_door.num_states, key_door.num_actions))
+    cfg = LearningConfig(iterations=3, seeds=4)
+    curves, mass = learning_curves(key_door, spec("grpo"), zero, cfg, with_mass=True)
+    assert curves.shape == (4, 4) and mass.shape == (4, 3)
+    assert np.all((mass >= 0) & (mass <= 1))
+    np.testing.assert_array_equal(curves, learning_curves(key_door, spec("grpo"), zero, cfg))
+    # Gated-BEPO's credit is non-zero wherever GRPO's is, and more (step credit inside all-failed groups)
+    _, mass_b = learning_curves(key_door, spec("gated_bepo"), zero, cfg, with_mass=True)
+    assert np.all(mass_b[:, 0] >= mass[:, 0])

@@ -22,6 +22,11 @@ What a perfect estimator does in each (A^pi = the exact advantage of the step):
   traps the agent for good; looping and trapping steps have A^pi < 0, forward steps > 0.
 - ``slippery``: "run" skips a cell but slips back to the start half of the time; the
   perfect credit is the expected advantage of the action, not the luck of the draw.
+- ``decisions``: a fixed horizon of which a share (the *decision density*) are decisions
+  (one action keeps the agent on track, the other loses the episode) and the rest routine
+  (the action changes nothing, A^pi = 0); a lost decision shows at once (``visible``: the
+  gate sees two successors there) or only at the end (hidden: the views alias and the gate
+  stays closed). The credit lab's diagnostic protocol sweeps both.
 """
 
 from __future__ import annotations
@@ -164,7 +169,43 @@ def slippery(cells: int = 5, slip: float = 0.5) -> GraphWorld:
                       next_state=nxt, prob=prob, success=success, max_steps=cells - 1)
 
 
-DIAGNOSTIC_ENVS = {"key_door": key_door, "bump": bump, "aliased": aliased, "loop": loop, "slippery": slippery}
+def decision_steps(horizon: int, density: float) -> list[int]:
+    """The decision steps of ``decisions``: n = round(density x horizon) of 0..horizon-1, evenly spaced
+    back from the last step (horizon - 1 - round(i horizon / n), i < n)."""
+    n = int(round(density * horizon))
+    return sorted({horizon - 1 - int(round(i * horizon / n)) for i in range(n)}) if n else []
+
+
+def decisions(horizon: int = 8, density: float = 0.5, visible: bool = True) -> GraphWorld:
+    """Steps 0..horizon-1 along a track; at a decision step (``decision_steps``) the action
+    t mod 2 keeps the agent on track and the other puts it off track for good; at a routine
+    step either action moves on. The last step pays 1 (success) on track, 0 off track. Off-track
+    views read "off t" (``visible``) or the same "t" as on track (hidden: a lost decision shows only
+    in the outcome). States: on track 0..H-1, off track H..2H-1."""
+    H = int(horizon)
+    if H < 1 or not 0.0 <= density <= 1.0:
+        raise ValueError(f"decisions: horizon={horizon} must be >= 1 and density={density} in [0, 1].")
+    D = set(decision_steps(H, density))
+    nxt = np.zeros((2 * H, 2), np.int32)
+    success = np.zeros((2 * H, 2), bool)
+    terminal = np.zeros((2 * H, 2), bool)
+    for t in range(H):
+        on_next, off_next = (t + 1, H + t + 1) if t + 1 < H else (t, H + t)
+        for a in range(2):
+            keeps = t not in D or a == t % 2
+            nxt[t, a] = on_next if keeps else off_next
+            nxt[H + t, a] = off_next
+            if t == H - 1:
+                success[t, a] = keeps
+                terminal[t, a] = terminal[H + t, a] = True
+    views = [f"step {t}" for t in range(H)] + [f"{'off ' if visible else ''}step {t}" for t in range(H)]
+    name = f"decisions_d{density:g}_{'visible' if visible else 'hidden'}"
+    return GraphWorld(name, action_words=("left", "right"), views=views, next_state=nxt, success=success,
+                      terminal=terminal, max_steps=H)
+
+
+DIAGNOSTIC_ENVS = {"key_door": key_door, "bump": bump, "aliased": aliased, "loop": loop, "slippery": slippery,
+                   "decisions": decisions}
 
 
 def make_diagnostic(name: str, **kwargs) -> GraphWorld:
