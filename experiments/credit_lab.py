@@ -29,6 +29,8 @@ import numpy as np
 
 from bepo_jax.lab.quality import DEFAULT_SUITE, paired_difference
 from bepo_jax.lab.report import LAB_ENVS, SweepConfig, run_sweep, write_outputs
+
+PROTOCOL_ENVS = ("decisions",)  # swept by experiments/credit_protocol.py, not part of this study's averages
 from experiments.common import ROOT, command, parser, write_json, write_text
 
 KNOBS = {
@@ -201,7 +203,8 @@ def main(argv=None) -> int:
     ap = parser(__doc__, full=True)
     ap.add_argument("--out", default=str(ROOT / "experiments" / "results" / "credit_lab"))
     ap.add_argument("--scale", choices=list(SCALES), default="full")
-    ap.add_argument("--only", default=",".join(LAB_ENVS), help="comma-separated lab environments")
+    ap.add_argument("--only", default=",".join(e for e in LAB_ENVS if e not in PROTOCOL_ENVS),
+                    help="comma-separated lab environments")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)

@@ -79,6 +79,29 @@ def rollouts(seed: int, groups: int, k: int, t_max: int, symbols: int, words: tu
     return batch_from_trajectories(groups_), rows
 
 
+def run_official(torch_python: str, side: str, official: str, rows: dict) -> dict:
+    """Run the official side script ``side`` on ``rows`` in ``torch_python``; its last stdout line as JSON."""
+    r = subprocess.run([torch_python, "-c", side, official], input=json.dumps(rows), capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"the official side failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def report(name: str, official: str, worst: dict, runs: list, column: str, head: list) -> None:
+    """``experiments/results/<name>.{json,md}``: per setting (``column`` of each run) the rows compared, the
+    largest absolute difference and the largest advantage; ``head``: the title and a sentence on the data."""
+    res = {"command": command(name), "machine": machine(), "official": official, "worst": worst, "runs": runs}
+    write_json(RESULTS / f"{name}.json", res)
+    lines = [head[0], "", f"`{res['command']}`", "", *head[1:], "",
+             f"| {column} | rows compared | largest absolute difference | largest advantage |", "|---|---|---|---|"]
+    for key in worst:
+        rs = [r for r in runs if r[column] == key]
+        lines.append(f"| {key} | {sum(r['rows'] for r in rs)} | {worst[key]:.2e} | "
+                     f"{max(r['max_abs_advantage'] for r in rs):.2f} |")
+    write_lines(RESULTS / f"{name}.md", lines)
+    print("\n".join(lines))
+
+
 def main(argv=None) -> int:
     p = parser(__doc__)
     p.add_argument("--official", required=True, help="the official g2po/core_g2po.py")
@@ -91,11 +114,7 @@ def main(argv=None) -> int:
     runs = []
     for seed in range(args.seeds):
         batch, rows = rollouts(seed, groups=4, k=4 + seed % 5, t_max=6, symbols=3 + seed % 4)
-        r = subprocess.run([args.torch_python, "-c", OFFICIAL_SIDE, args.official], input=json.dumps(rows),
-                           capture_output=True, text=True)
-        if r.returncode:
-            raise SystemExit(f"the official side failed:\n{r.stderr[-3000:]}")
-        official = json.loads(r.stdout.strip().splitlines()[-1])
+        official = run_official(args.torch_python, OFFICIAL_SIDE, args.official, rows)
         mask = np.asarray(batch.mask)
         for mode, norm in (("mean_norm", "mean"), ("mean_std_norm", "mean_std")):
             ours = np.asarray(bj.g2po(batch, bj.G2POConfig(norm=norm)).advantage)[mask]  # rows in trajectory order
@@ -103,20 +122,10 @@ def main(argv=None) -> int:
             worst[mode] = max(worst[mode], diff)
             runs.append({"seed": seed, "mode": mode, "rows": int(mask.sum()), "max_abs_diff": diff,
                          "max_abs_advantage": float(np.max(np.abs(ours)))})
-    res = {"command": command("g2po_official"), "machine": machine(), "official": args.official,
-           "worst": worst, "runs": runs}
-    write_json(RESULTS / "g2po_official.json", res)
-    lines = ["# bepo_jax's g2po against the G2PO authors' code", "", f"`{res['command']}`", "",
-             f"{args.seeds} random sets of groups (4 groups, K = 4-8, 1-6 steps, 3-6 observation symbols, success pays "
-             "10, a quarter of the actions invalid at 0.1); the official functions in float32 torch, bepo_jax in "
-             "float32 JAX.", "", "| mode | rows compared | largest absolute difference | largest advantage |",
-             "|---|---|---|---|"]
-    for mode in worst:
-        rs = [r for r in runs if r["mode"] == mode]
-        lines.append(f"| {mode} | {sum(r['rows'] for r in rs)} | {worst[mode]:.2e} | "
-                     f"{max(r['max_abs_advantage'] for r in rs):.2f} |")
-    write_lines(RESULTS / "g2po_official.md", lines)
-    print("\n".join(lines))
+    report("g2po_official", args.official, worst, runs, "mode",
+           ["# bepo_jax's g2po against the G2PO authors' code", f"{args.seeds} random sets of groups (4 groups, K = 4-8, "
+            "1-6 steps, 3-6 observation symbols, success pays 10, a quarter of the actions invalid at 0.1); the "
+            "official functions in float32 torch, bepo_jax in float32 JAX."])
     return 0
 
 

@@ -16,14 +16,12 @@ and off; and through ``bepo_jax.proxmo`` with the texts. The largest absolute di
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 
 import numpy as np
 
-from .common import RESULTS, command, machine, parser, write_json, write_lines
-from .g2po_official import rollouts
+from .common import parser
+from .g2po_official import report, rollouts, run_official
 
 OFFICIAL_SIDE = r'''
 import json, sys, types
@@ -76,11 +74,7 @@ def main(argv=None) -> int:
     for seed in range(args.seeds):
         words = WORDS if seed % 4 else ()  # one set in four: bare symbols "s0", "s1", ...
         batch, rows = rollouts(seed, groups=4, k=4 + seed % 5, t_max=6, symbols=3 + seed % 6, words=words)
-        r = subprocess.run([args.torch_python, "-c", OFFICIAL_SIDE, args.official], input=json.dumps(rows),
-                           capture_output=True, text=True)
-        if r.returncode:
-            raise SystemExit(f"the official side failed:\n{r.stderr[-3000:]}")
-        official = json.loads(r.stdout.strip().splitlines()[-1])
+        official = run_official(args.torch_python, OFFICIAL_SIDE, args.official, rows)
         mask = np.asarray(batch.mask)
         texts = texts_of(rows, batch)
         for key, values in official.items():
@@ -91,21 +85,11 @@ def main(argv=None) -> int:
             worst[key] = max(worst.get(key, 0.0), diff)
             runs.append({"seed": seed, "setting": key, "words": bool(words), "rows": int(mask.sum()),
                          "max_abs_diff": diff, "max_abs_advantage": float(np.max(np.abs(ours)))})
-    res = {"command": command("proxmo_official"), "machine": machine(), "official": args.official,
-           "worst": worst, "runs": runs}
-    write_json(RESULTS / "proxmo_official.json", res)
-    lines = ["# bepo_jax's proxmo against the ProxMO authors' code", "", f"`{res['command']}`", "",
-             f"{args.seeds} random sets of groups (4 groups, K = 4-8, 1-6 steps, success pays 10, a quarter of the "
-             "actions invalid at 0.1; observations are sentences of 1-3 words from 3-8 words, or bare symbols in one "
-             "set of four); the official functions in float32 torch (TF-IDF by scikit-learn in both), bepo_jax in "
-             "float32 JAX.", "", "| setting | rows compared | largest absolute difference | largest advantage |",
-             "|---|---|---|---|"]
-    for key in worst:
-        rs = [r for r in runs if r["setting"] == key]
-        lines.append(f"| {key} | {sum(r['rows'] for r in rs)} | {worst[key]:.2e} | "
-                     f"{max(r['max_abs_advantage'] for r in rs):.2f} |")
-    write_lines(RESULTS / "proxmo_official.md", lines)
-    print("\n".join(lines))
+    report("proxmo_official", args.official, worst, runs, "setting",
+           ["# bepo_jax's proxmo against the ProxMO authors' code", f"{args.seeds} random sets of groups (4 groups, "
+            "K = 4-8, 1-6 steps, success pays 10, a quarter of the actions invalid at 0.1; observations are sentences "
+            "of 1-3 words from 3-8 words, or bare symbols in one set of four); the official functions in float32 "
+            "torch (TF-IDF by scikit-learn in both), bepo_jax in float32 JAX."])
     return 0
 
 

@@ -340,6 +340,18 @@ def ref_gagpo(batch_np, *, gamma, lam, w, norm, weighting, std, eps):
     return adv
 
 
+def _verl_rows(reward, penalty, L):
+    """One group as verl-agent's rows (the valid steps in trajectory order): the rows (k, t), each
+    trajectory's episode reward R_k, each row's penalty p, the rows' scores R_k + p and their mean and
+    unbiased std (one row: 0 and 1, as the codes' ``episode_norm_reward``)."""
+    rows = [(k, t) for k in range(len(L)) for t in range(L[k])]
+    R = {k: float(sum(float(x) for x in reward[k, : L[k]])) for k in range(len(L))}
+    p = {(k, t): float(penalty[k, t]) for k, t in rows}
+    scores = [R[k] + p[(k, t)] for k, t in rows]
+    mu, sd = (0.0, 1.0) if len(scores) <= 1 else (sum(scores) / len(scores), _std(scores, 1))
+    return rows, R, p, scores, mu, sd
+
+
 def ref_g2po(batch_np, *, gamma=0.95, w=1.0, norm="mean", eps=1e-6, success_value=None):
     """G2PO as its authors' code computes it (Nala-YN/G2PO, g2po/core_g2po.py), rewritten row by row
     in float64 from that code's three functions, one group at a time: rows are the valid steps in
@@ -363,17 +375,9 @@ def ref_g2po(batch_np, *, gamma=0.95, w=1.0, norm="mean", eps=1e-6, success_valu
 
     for b in range(B):
         L = lengths(mask[b])
-        rows = [(k, t) for k in range(K) for t in range(L[k])]
+        rows, R, p, scores, mu, sd = _verl_rows(reward[b], penalty[b], L)
         if not rows:
             continue
-        R = {k: float(sum(float(x) for x in reward[b, k, : L[k]])) for k in range(K)}
-        p = {(k, t): float(penalty[b, k, t]) for k, t in rows}
-        # episode term
-        scores = [R[k] + p[(k, t)] for k, t in rows]
-        if len(scores) == 1:
-            mu, sd = 0.0, 1.0
-        else:
-            mu, sd = sum(scores) / len(scores), _std(scores, 1)
         episode = {row: (sc - mu if norm == "mean" else (sc - mu) / (sd + eps)) for row, sc in zip(rows, scores)}
         # group aggregation values
         group_of, members, total = {}, defaultdict(list), defaultdict(float)
@@ -468,13 +472,9 @@ def ref_proxmo(batch_np, texts=None, *, mode="soft", gamma=0.95, w=1.0, psc=True
 
     for b in range(B):
         L = lengths(mask[b])
-        rows = [(k, t) for k in range(K) for t in range(L[k])]
+        rows, R, p, scores, mu, sd = _verl_rows(reward[b], penalty[b], L)
         if not rows:
             continue
-        R = {k: float(sum(float(x) for x in reward[b, k, : L[k]])) for k in range(K)}
-        p = {(k, t): float(penalty[b, k, t]) for k, t in rows}
-        scores = [R[k] + p[(k, t)] for k, t in rows]
-        mu, sd = (0.0, 1.0) if len(scores) == 1 else (sum(scores) / len(scores), _std(scores, 1))
         q = min(1.0, max(0.0, mu))
         episode = {}
         for row, sc in zip(rows, scores):
