@@ -111,6 +111,7 @@ def main(argv=None) -> int:
             wall += part["wall_s"]
             res["curves"].update(part["curves"])
             res["starts"].update(part["starts"])
+            res.setdefault("mass", {}).update(part.get("mass", {}))
             res.setdefault("configs", []).append(part["config"])
             res["config"], res["estimators"] = part["config"], part["estimators"]
         summary = summarize(res)
