@@ -59,8 +59,8 @@ def run(worlds, estimators, cfg: LearningConfig, starts=("uniform", "peaked"), *
                 c = np.concatenate([x for x, _ in parts])
                 res["curves"].setdefault(tag, {})[s.label] = c.tolist()
                 res.setdefault("mass", {}).setdefault(tag, {})[s.label] = np.concatenate([y for _, y in parts]).tolist()
-                if len(used) > 1:  # a program per level size and estimator: free them (LLVM ran out of mappings
-                    jax.clear_caches()  # after ~600 of them in one process, 32 Sokoban levels x 9 estimators x 3)
+                if len(used) > 1:  # a program per level size and estimator: free them (with hundreds kept, one
+                    jax.clear_caches()  # process's LLVM failed "Cannot allocate memory" with RAM to spare)
                 if not quiet:
                     print(f"{tag:>24} {s.label:>16}: success {c[:, 0].mean():.3f} -> {c[:, -1].mean():.3f} "
                           f"({time.perf_counter() - t0:.1f} s)", flush=True)

@@ -90,3 +90,24 @@ def test_a_generator_too_small_for_the_pool_is_named():
     np.testing.assert_array_equal(disjoint_tasks(Tiny(), 2, 0, {"0"}), [1, 2])
     with pytest.raises(ValueError, match="only 2 of 3 tiny tasks.*too small"):
         disjoint_tasks(Tiny(), 3, 0, {"0"})
+
+
+def test_a_run_written_before_the_disjoint_pools_keeps_its_own(tmp_path):
+    """A run directory with a config.json but no held_out.json was written before held-out pools were made
+    disjoint: resuming, evaluating or rescoring it keeps the plain seeded pools it was scored on (and the
+    directory records that); a new run records and uses the disjoint ones."""
+    from bepo_jax.agent.train import rundir
+    from bepo_jax.agent.train.loop import _setup_for_run
+
+    cfg = RunConfig(**SMALL, task_pool=512, eval_tasks=64)
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps(cfg.to_dict()))  # as a run of an earlier version left it
+    assert rundir.held_out_pools(old) == "seeded" and rundir.held_out_pools(new) == "disjoint"
+    rundir.prepare(cfg, old, resume=True)
+    rundir.prepare(cfg, new, resume=False)
+    assert json.loads((old / "held_out.json").read_text()) == {"held_out": "seeded"}
+    assert json.loads((new / "held_out.json").read_text()) == {"held_out": "disjoint"}
+    plain = _levels(Setup(cfg).env.sample_tasks(64, cfg.seed + EVAL_SEED_OFFSET))
+    assert _levels(_setup_for_run(cfg, old).held_out_tasks(64)) == plain
+    assert _levels(_setup_for_run(cfg, new).held_out_tasks(64)) == _levels(Setup(cfg).held_out_tasks(64)) != plain

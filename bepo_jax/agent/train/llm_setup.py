@@ -50,8 +50,8 @@ class JaxTextGames:
     training pool (``task_pool``, default 32) and held-out tasks as the character policy's runs
     draw them (``setup.training_pool``, ``setup.held_out_pool``: disjoint in content)."""
 
-    def __init__(self, env, cfg: RunConfig):
-        self.jax_env, self.cfg = env, cfg
+    def __init__(self, env, cfg: RunConfig, *, held_out: str = "disjoint"):
+        self.jax_env, self.cfg, self.held_out_pools = env, cfg, held_out
         self.pool = cfg.task_pool or DEFAULT_POOL
         self.max_steps = cfg.max_steps or env.max_steps
         self._train = training_pool(env, cfg)
@@ -65,7 +65,7 @@ class JaxTextGames:
         return [jax.tree_util.tree_map(lambda x, i=i: x[i], tasks) for i in range(n)]
 
     def held_out(self, n: int) -> list:
-        return self._split(held_out_pool(self.jax_env, self.cfg, n, self._train), n)
+        return self._split(held_out_pool(self.jax_env, self.cfg, n, self._train, pools=self.held_out_pools), n)
 
     def chat_env(self) -> JaxEnvOnHost:
         return JaxEnvOnHost(self.jax_env)
@@ -75,13 +75,16 @@ class LLMSetup(Setup):
     """``Setup`` for a pretrained policy: the model (with adapters when ``lora_rank``), the
     trainer of the chosen parameters, the chat rollout, and the iteration."""
 
-    def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None, reuse_frozen: bool = True):
+    def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None, reuse_frozen: bool = True,
+                 held_out: str = "disjoint"):
         """``reuse_frozen`` (training the top N blocks): the update starts from the frozen blocks'
-        output the rollout recorded (True) or runs them again (False: the benchmarks' baseline)."""
+        output the rollout recorded (True) or runs them again (False: the benchmarks' baseline);
+        ``held_out``: a JAX environment's held-out pools (``Setup``)."""
         self.cfg = cfg
         self.host = True
+        self.held_out = held_out
         self.env = (make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET) if is_host_env(cfg.env)
-                    else JaxTextGames(make_jax_env(cfg.env, cfg), cfg))
+                    else JaxTextGames(make_jax_env(cfg.env, cfg), cfg, held_out=held_out))
         self.max_steps = self.env.max_steps
         self.train_tasks = self.env.train_tasks
         self.pool_size = self.env.pool

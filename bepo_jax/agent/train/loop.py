@@ -41,11 +41,12 @@ def _setup_for_run(cfg: RunConfig, run_dir: Path, games_dir: Optional[Path] = No
     ``games_dir``: a game's file name holds everything it is generated from). A pretrained
     policy (``cfg.model``) gets an ``LLMSetup``."""
     cache = games_dir or run_dir.parent / ".textworld_games"
+    held_out = rundir.held_out_pools(run_dir)  # a run written before the pools were disjoint keeps its own
     if cfg.pretrained:
         from .llm_setup import LLMSetup
 
-        return LLMSetup(cfg, cache_dir=cache)
-    return Setup(cfg, cache_dir=cache)
+        return LLMSetup(cfg, cache_dir=cache, held_out=held_out)
+    return Setup(cfg, cache_dir=cache, held_out=held_out)
 
 
 def _evaluations(held: dict, train_ev: dict) -> dict:
@@ -182,7 +183,12 @@ def _train_seeds(cfg, seeds, outs, mine, owners, *, resume, progress, on_iterati
                                           for i in mine])
     cfg = (prepared[0] if prepared else base).replace(seed=base.seed)
     cfgs = [cfg.replace(seed=s) for s in seeds]
-    runs = SeedBatch(cfg, seeds, mesh=mesh, runs_per_step=runs_per_step)
+    pools = {rundir.held_out_pools(outs[i]) for i in mine}
+    if len(pools) > 1:
+        raise ValueError(f"train_seeds: the run directories {[str(outs[i]) for i in mine]} mix held-out pools "
+                         f"({', '.join(sorted(pools))}: runs written before and after the pools were made disjoint); "
+                         "resume them apart, or start the older ones again in new directories.")
+    runs = SeedBatch(cfg, seeds, mesh=mesh, runs_per_step=runs_per_step, held_out=pools.pop() if pools else "disjoint")
     ckpts = {i: Checkpointer(outs[i] / "checkpoints", max_to_keep=cfg.keep_checkpoints,
                              process=jax.process_index()) for i in mine}
     logs, rows = {}, [[] for _ in seeds]

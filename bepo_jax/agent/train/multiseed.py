@@ -76,7 +76,7 @@ class SeedBatch:
     """S seeds of ``cfg`` as one compiled program (module docstring)."""
 
     def __init__(self, cfg: RunConfig, seeds: Sequence[int], *, mesh: Optional[Mesh] = None, runs_axis: str = "runs",
-                 env=None, runs_per_step: Optional[int] | str = "auto"):
+                 env=None, runs_per_step: Optional[int] | str = "auto", held_out: str = "disjoint"):
         seeds = [int(s) for s in seeds]
         if not seeds:
             raise ValueError("SeedBatch needs at least one seed.")
@@ -101,7 +101,7 @@ class SeedBatch:
                              "and vmapped — leave runs_per_step=None.")
         self.cfg, self.seeds, self.mesh, self.runs_axis = cfg, seeds, mesh, runs_axis
         self.runs_per_step = runs_per_step
-        self.setups = [Setup(cfg.replace(seed=s), env=env) for s in seeds]
+        self.setups = [Setup(cfg.replace(seed=s), env=env, held_out=held_out) for s in seeds]
         self.tasks = self.place(stack([jax.tree_util.tree_map(jnp.asarray, s.train_tasks) for s in self.setups]))
         self._step = jax.jit(self._iteration, donate_argnums=(0,))
         self._eval = jax.jit(lambda params, pools, keys: self._over_runs(self.setups[0].rollout, params, pools, keys))

@@ -119,6 +119,21 @@ def is_finished_run_of(run_dir: str | Path, cfg: RunConfig) -> bool:
     return True
 
 
+HELD_OUT_FILE = "held_out.json"  # which held-out pools the run is scored on (setup.HELD_OUT_POOLS)
+
+
+def held_out_pools(run_dir: str | Path) -> str:
+    """The held-out pools of a run directory: "disjoint" (content-disjoint from the training pools, every
+    run since 2026-12-04, recorded in ``HELD_OUT_FILE``), or "seeded" for a run written before (a
+    config.json without that file: its pools were the plain seeded sequence, and a resume, an evaluation
+    or a rescoring of it keeps them, so its numbers stay comparable)."""
+    run_dir = Path(run_dir)
+    marker = run_dir / HELD_OUT_FILE
+    if marker.exists():
+        return json.loads(marker.read_text())["held_out"]
+    return "seeded" if (run_dir / "config.json").exists() else "disjoint"
+
+
 def prepare(cfg: RunConfig, out: Path, *, resume: bool) -> RunConfig:
     """Check ``out`` against ``cfg`` and write config.json; returns the config to run
     (on resume: the stored one, with the new ``iterations``)."""
@@ -134,6 +149,9 @@ def prepare(cfg: RunConfig, out: Path, *, resume: bool) -> RunConfig:
                              "(only iterations may change).")
         cfg = stored.replace(iterations=cfg.iterations)
     out.mkdir(parents=True, exist_ok=True)
+    pools = held_out_pools(out)  # before config.json: a new run's is "disjoint", an older run's "seeded"
+    if not (out / HELD_OUT_FILE).exists():
+        atomic_write(out / HELD_OUT_FILE, json.dumps({"held_out": pools}))
     atomic_write(cfg_path, json.dumps(cfg.to_dict(), indent=2))
     return cfg
 

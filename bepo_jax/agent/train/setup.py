@@ -45,16 +45,22 @@ def training_pool(env, cfg: RunConfig):
     return env.sample_tasks(cfg.task_pool or DEFAULT_POOL, cfg.seed)
 
 
-def held_out_pool(env, cfg: RunConfig, n: int, train_tasks=None):
+HELD_OUT_POOLS = ("disjoint", "seeded")  # rundir.held_out_pools: a run's kind, recorded in its directory
+
+
+def held_out_pool(env, cfg: RunConfig, n: int, train_tasks=None, *, pools: str = "disjoint"):
     """A JAX environment's first ``n`` held-out tasks for ``cfg``: the sequence from ``seed +
     EVAL_SEED_OFFSET`` without any task whose content (``task_signatures``) is in the run's training
     pool, in the pool of a run it starts from (``init_from``: a warm start's demonstration levels),
-    or earlier in the pool (``envs.pools``). An environment without ``task_signatures`` keeps the
-    plain seeded sequence. ``train_tasks``: the run's own training pool, when already drawn."""
+    or earlier in the pool (``envs.pools``). An environment without ``task_signatures``, or ``pools``
+    "seeded" (a run written before the pools were disjoint: ``rundir.held_out_pools``), keeps the plain
+    seeded sequence. ``train_tasks``: the run's own training pool, when already drawn."""
     from ..envs.pools import disjoint_tasks, has_signatures
 
+    if pools not in HELD_OUT_POOLS:
+        raise ValueError(f"held-out pools {pools!r}: choose one of {', '.join(HELD_OUT_POOLS)}.")
     seed = cfg.seed + EVAL_SEED_OFFSET
-    if not has_signatures(env):
+    if pools == "seeded" or not has_signatures(env):
         return env.sample_tasks(n, seed)
     exclude = set()
     for i, c in enumerate(trained_configs(cfg)):
@@ -66,10 +72,12 @@ def held_out_pool(env, cfg: RunConfig, n: int, train_tasks=None):
 class Setup:
     """The environment, policy, trainer and rollout functions of a run config."""
 
-    def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None, env=None):
+    def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None, env=None, held_out: str = "disjoint"):
         """``env``: a JaxEnv instance to use instead of building ``cfg.env`` (the name is
-        then only a label in ``config.json``)."""
+        then only a label in ``config.json``); ``held_out``: the held-out pools ("disjoint", or "seeded"
+        for a run written before they were: ``rundir.held_out_pools``)."""
         self.cfg = cfg
+        self.held_out = held_out
         self.host = env is None and is_host_env(cfg.env)
         if self.host:
             self.env = make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET)
@@ -84,7 +92,7 @@ class Setup:
             self.max_steps = self.env.max_steps
             pool = cfg.task_pool or DEFAULT_POOL
             self.train_tasks = training_pool(self.env, cfg)
-            self.eval_pool = held_out_pool(self.env, cfg, cfg.eval_tasks, self.train_tasks)
+            self.eval_pool = held_out_pool(self.env, cfg, cfg.eval_tasks, self.train_tasks, pools=held_out)
         # The response holds the longest action word (or command) and its EOS (at least MIN_RESPONSE tokens).
         self.rollout_cfg = RolloutConfig(group_size=cfg.group_size, prompt_history=cfg.prompt_history,
                                          temperature=cfg.temperature, constrained=cfg.constrained,
@@ -222,7 +230,7 @@ class Setup:
             return self.eval_pool
         if self.host:
             return self.env.held_out(n)
-        return held_out_pool(self.env, self.cfg, n, self.train_tasks)
+        return held_out_pool(self.env, self.cfg, n, self.train_tasks, pools=self.held_out)
 
     def eval_pool_for(self, *, n_tasks: Optional[int] = None, training: bool = False):
         """The tasks an evaluation runs on (JAX environments: a pytree of arrays): the first

@@ -145,7 +145,7 @@ def sft(cfg: RunConfig, config: SFTConfig, out: str | Path, *, demonstrations=No
 
 def _sft(cfg: RunConfig, config: SFTConfig, out: Path, demonstrations, progress: bool) -> dict:
     t0 = time.perf_counter()
-    setup = Setup(cfg)
+    setup = Setup(cfg, held_out=rundir.held_out_pools(out))
     n = min(config.demos or setup.pool_size, setup.pool_size)
     tasks, actions = demonstrations if demonstrations is not None else expert_demonstrations(
         setup, n, config, cfg.seed)
