@@ -61,6 +61,10 @@ def sweeps(env: str, scale: dict, seed: int) -> dict[str, SweepConfig]:
 
 
 G2PO_VS = ("gated_bepo", "gigpo", "gagpo")  # G2PO's nearest relatives: fixed point + gate, step groups, MC + GAE
+# each later estimator against its nearest relatives, paired per batch: G2PO (the authors' version and the one
+# reconstructed from the abstract) as above; ProxMO against the gate, its own step groups' estimator and the
+# ungated fixed point (its soft kernel is an implicit gate)
+RIVALS = {"g2po": G2PO_VS, "g2po_abstract": G2PO_VS, "proxmo": ("gated_bepo", "gigpo", "bepo_nogate")}
 
 
 def _tag(env: str, r: dict) -> str:
@@ -70,7 +74,7 @@ def _tag(env: str, r: dict) -> str:
 def summarize(results: dict[str, dict[str, dict]]) -> dict:
     """results[env][sweep] -> the decision tables (module docstring). Every knob is
     compared with the default on the same batches: paired differences."""
-    summary = {"knobs": {}, "gate": {}, "values": {}, "suite": {}, "g2po": {}}
+    summary = {"knobs": {}, "gate": {}, "values": {}, "suite": {}, "rivals": {name: {} for name in RIVALS}}
     for k in (4, 8):
         rows = {}
         for env, res in results.items():
@@ -97,9 +101,11 @@ def summarize(results: dict[str, dict[str, dict]]) -> dict:
                 "gate_minus_nogate_grad_cos": paired_difference(r, "gated_bepo", "bepo_nogate", "grad_cos"),
                 "gated_bepo_on_ungated": e["gated_bepo"]["pearson_ungated"],
                 "nogate_on_ungated": e["bepo_nogate"]["pearson_ungated"]}
-            if "g2po" in e:  # the newest graph baseline against its nearest relatives, paired per batch
-                summary["g2po"][tag] = {f"{m}_minus_{other}": paired_difference(r, "g2po", other, m)
-                                        for other in G2PO_VS if other in e for m in ("pearson", "grad_cos")}
+            for name, relatives in RIVALS.items():  # the later estimators against their nearest relatives
+                if name in e:
+                    summary["rivals"][name][tag] = {f"{m}_minus_{other}": paired_difference(r, name, other, m)
+                                                    for other in relatives if other in e
+                                                    for m in ("pearson", "grad_cos")}
             summary["values"][tag] = {"rmse_mc": r["values"]["rmse_mc"], "rmse_fp": r["values"]["rmse_fp"],
                                       "fp_minus_mc": r["values"]["fp_minus_mc"],
                                       "credit_fp_minus_mc": paired_difference(r, "gated_bepo", "bepo_mc")}
@@ -176,17 +182,21 @@ def summary_markdown(summary: dict, envs: list[str], command: str) -> str:
         L.append(f"| {tag} | {_f(v['rmse_mc'])} | {_f(v['rmse_fp'])} | {_f(v['fp_minus_mc'], signed=True)} "
                  f"{_sep(v['fp_minus_mc'], ('fp', 'mc', '~'), lower_is_better=True)} "
                  f"| {_f(v['credit_fp_minus_mc'], signed=True)} {_sep(v['credit_fp_minus_mc'])} |")
-    if summary.get("g2po"):
-        L += ["", "## G2PO minus its nearest relatives, paired per batch", "",
-              "Pearson, then grad_cos, of G2PO minus Gated-BEPO (the fixed point, the gate, GAE), GiGPO (step groups "
-              "of equal observations) and GAGPO (the same Monte-Carlo values, GAE instead of one-step TD, no "
-              "graph-wide standardisation); mark + / - / ~ as above.", "",
-              "| setting | " + " | ".join(f"{m}: minus {o}" for m in ("pearson", "grad_cos") for o in G2PO_VS) + " |",
-              "|---|" + "---|" * (2 * len(G2PO_VS))]
-        for tag, g in summary["g2po"].items():
+    what = {"g2po": "G2PO (its authors' code)", "g2po_abstract": "G2PO as reconstructed from its abstract",
+            "proxmo": "ProxMO (its authors' code; here without texts: each distinct observation a word of its own)"}
+    for name, per in summary.get("rivals", {}).items():
+        if not per:
+            continue
+        rel = RIVALS[name]
+        L += ["", f"## {what[name]} minus its nearest relatives, paired per batch", "",
+              f"Pearson, then grad_cos, of `{name}` minus " + ", ".join(f"`{o}`" for o in rel) +
+              "; mark + / - / ~ as above.", "",
+              "| setting | " + " | ".join(f"{m}: minus {o}" for m in ("pearson", "grad_cos") for o in rel) + " |",
+              "|---|" + "---|" * (2 * len(rel))]
+        for tag, g in per.items():
             L.append(f"| {tag} | " + " | ".join(
                 f"{_f(g[f'{m}_minus_{o}'], signed=True)} {_sep(g[f'{m}_minus_{o}'])}" if f"{m}_minus_{o}" in g else "n/a"
-                for m in ("pearson", "grad_cos") for o in G2PO_VS) + " |")
+                for m in ("pearson", "grad_cos") for o in rel) + " |")
     labs = list(next(iter(summary["suite"].values())).keys()) if summary["suite"] else []
     for metric in ("pearson", "grad_cos"):
         L += ["", f"## Every estimator: {metric} (mean over batches; best non-oracle in bold)", "",
