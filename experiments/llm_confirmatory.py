@@ -2,7 +2,7 @@
 docs/llm-confirmatory.md (read it first: the arms, seeds, endpoint, decision rule and budget are
 there, and changing them after a run started is a deviation that the report must name).
 
-    nice python -m experiments.llm_confirmatory run      # every (seed, arm) run in the fixed order; resumable
+    nice python -m experiments.llm_confirmatory run      # every (seed, arm) run in the fixed order, each in a fresh process; resumable
     python -m experiments.llm_confirmatory report        # the numbers; the decision once every run finished
     python -m experiments.llm_confirmatory status        # which runs finished, which started
 
@@ -50,21 +50,42 @@ def run_dir(arm: str, seed: int, out: Path = OUT) -> Path:
     return out / f"{arm}_s{seed}"
 
 
-def run(out: Path = OUT, seeds=SEEDS, arms=ARMS) -> None:
+def pending(out: Path = OUT, seeds=SEEDS, arms=ARMS) -> list[tuple[str, int]]:
+    """The (arm, seed) runs not finished yet, in the protocol's order."""
+    return [(arm, seed) for seed in seeds for arm in arms
+            if not is_finished_run_of(run_dir(arm, seed, out), config(arm, seed))]
+
+
+def run(out: Path = OUT, seeds=SEEDS, arms=ARMS, *, limit: Optional[int] = None) -> None:
     """Every (seed, arm) in order, seed by seed (so a stopped test holds whole seeds first); finished
-    runs are skipped, a started one resumes. Every event logs the commit this process imported its
-    code from (read once, at its start: commits made while it runs do not change its code)."""
+    runs are skipped, a started one resumes; at most ``limit`` runs in this process. Every event logs the
+    commit this process imported its code from (read once, at its start: commits made while it runs do
+    not change its code)."""
     commit = git_commit()
-    for seed in seeds:
-        for arm in arms:
-            cfg, d = config(arm, seed), run_dir(arm, seed, out)
-            if is_finished_run_of(d, cfg):
-                continue
-            resume = (d / "config.json").exists()
-            done = max((r["iteration"] for r in read_metrics(d)), default=0) if resume else 0
-            _log(RESULTS_DIR, event="start", arm=arm, seed=seed, commit=commit, resume_after=done if resume else None)
-            train(cfg, d, resume=resume, progress=False)
-            _log(RESULTS_DIR, event="finish", arm=arm, seed=seed, commit=commit)
+    for arm, seed in pending(out, seeds, arms)[:limit]:
+        cfg, d = config(arm, seed), run_dir(arm, seed, out)
+        resume = (d / "config.json").exists()
+        done = max((r["iteration"] for r in read_metrics(d)), default=0) if resume else 0
+        _log(RESULTS_DIR, event="start", arm=arm, seed=seed, commit=commit, resume_after=done if resume else None)
+        train(cfg, d, resume=resume, progress=False)
+        _log(RESULTS_DIR, event="finish", arm=arm, seed=seed, commit=commit)
+
+
+def run_each_in_a_process(out: Path = OUT) -> None:
+    """``run``, one run per fresh process (``run --one``) until none is pending: one process holding
+    run after run grew to 14.8 GB by its fourth and was killed by the kernel's OOM killer."""
+    import subprocess
+    import sys
+
+    left = pending(out)
+    while left:
+        r = subprocess.run([sys.executable, "-m", "experiments.llm_confirmatory", "run", "--one", "--out", str(out)])
+        if r.returncode:
+            raise SystemExit(f"llm_confirmatory: a run's process failed (exit {r.returncode}); run again to resume.")
+        now = pending(out)
+        if now == left:
+            raise SystemExit(f"llm_confirmatory: the run {left[0]} did not finish in its process; see its log.")
+        left = now
 
 
 def _final(d: Path) -> Optional[dict]:
@@ -153,9 +174,11 @@ def main(argv=None) -> int:
     p = parser(__doc__, full=True)
     p.add_argument("action", choices=("run", "report", "status"))
     p.add_argument("--out", default=str(OUT), help="where the runs live")
+    p.add_argument("--one", action="store_true", help="run: the next pending run only, in this process")
     args = p.parse_args(argv)
     out = Path(args.out)
-    {"run": lambda: run(out), "report": lambda: report(out), "status": lambda: status(out)}[args.action]()
+    {"run": lambda: run(out, limit=1) if args.one else run_each_in_a_process(out), "report": lambda: report(out),
+     "status": lambda: status(out)}[args.action]()
     return 0
 
 

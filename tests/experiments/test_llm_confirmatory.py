@@ -4,6 +4,7 @@ family only when every seed is complete, the protocol's config per (arm, seed)."
 import json
 
 import numpy as np
+import pytest
 from scipy import stats
 
 import experiments.llm_confirmatory as lc
@@ -47,3 +48,29 @@ def test_every_run_is_the_recipe_with_the_protocols_overrides():
     base = lc.recipe("llm_textworld")
     assert cfg.estimator == "gigpo" and cfg.seed == lc.SEEDS[0] and cfg.model == base.model
     assert {k: getattr(cfg, k) for k in lc.OVERRIDES} == lc.OVERRIDES
+
+
+def test_run_starts_one_process_per_pending_run_and_stops_on_a_failure(tmp_path, monkeypatch):
+    """``run`` hands each pending run to a fresh process (``run --one``) until none is left; a process that
+    fails, or one that leaves its run unfinished, stops the loop with a message instead of spinning."""
+    import subprocess
+
+    left = [("grpo", 300), ("gigpo", 300)]
+    calls = []
+
+    def fake(cmd, **kw):
+        calls.append(cmd)
+        left.pop(0)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(lc, "pending", lambda out: list(left))
+    monkeypatch.setattr(subprocess, "run", fake)
+    lc.run_each_in_a_process(tmp_path)
+    assert len(calls) == 2 and all(c[-4:] == ["run", "--one", "--out", str(tmp_path)] for c in calls)
+    left[:] = [("grpo", 301)]
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0))
+    with pytest.raises(SystemExit, match="did not finish"):
+        lc.run_each_in_a_process(tmp_path)
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 137))
+    with pytest.raises(SystemExit, match="exit 137"):
+        lc.run_each_in_a_process(tmp_path)
