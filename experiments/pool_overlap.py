@@ -35,9 +35,9 @@ import jax
 import numpy as np
 
 from bepo_jax.agent.envs.registry import make_jax_env
-from bepo_jax.agent.train import EVAL_SEED_OFFSET, RunConfig
+from bepo_jax.agent.train import RunConfig
 from bepo_jax.agent.train.init_from import trained_configs
-from bepo_jax.agent.train.setup import Setup
+from bepo_jax.agent.train.setup import Setup, held_out_pool, training_pool
 from experiments import claims, confirmatory
 from experiments.common import ROOT, command, machine, parser, write_json
 from experiments.warm_start import warm_config
@@ -60,11 +60,18 @@ def _env(key: str):
 
 
 @lru_cache(maxsize=None)
-def _signatures(key: str, kind: str, seed: int, n: int) -> tuple[str, ...]:
-    """Content digests of a pool as the past runs drew it: the training pool (``kind`` "train",
-    ``sample_tasks(n, seed)``) or the plain held-out sequence ("held_out", seed + EVAL_SEED_OFFSET)."""
+def _train_signatures(key: str, seed: int, task_pool: int) -> tuple[str, ...]:
+    """Content digests of a run's training pool (``setup.training_pool``)."""
     env = _env(key)
-    return tuple(env.task_signatures(env.sample_tasks(n, seed + (EVAL_SEED_OFFSET if kind == "held_out" else 0))))
+    return tuple(env.task_signatures(training_pool(env, RunConfig(**json.loads(key), seed=seed, task_pool=task_pool))))
+
+
+@lru_cache(maxsize=None)
+def _held_out_signatures(key: str, seed: int, n: int) -> tuple[str, ...]:
+    """Content digests of a run's first ``n`` held-out tasks as the past runs drew them: the plain seeded
+    sequence (``setup.held_out_pool(..., pools="seeded")``)."""
+    env = _env(key)
+    return tuple(env.task_signatures(held_out_pool(env, RunConfig(**json.loads(key), seed=seed), n, pools="seeded")))
 
 
 def drawn_indices(cfg: RunConfig) -> set[int]:
@@ -91,11 +98,11 @@ def demo_configs(cfg: RunConfig) -> list[RunConfig]:
 def run_overlap(cfg: RunConfig, n_eval: int, *, with_drawn: bool = True) -> dict:
     """One run's held-out pool of ``n_eval`` against its training pool and its warm starts' pools."""
     key = _env_key(cfg)
-    train = _signatures(key, "train", cfg.seed, cfg.task_pool or 32)
+    train = _train_signatures(key, cfg.seed, cfg.task_pool)
     demos = set()
     for src in demo_configs(cfg):
-        demos.update(_signatures(_env_key(src), "train", src.seed, src.task_pool or 32))
-    held = _signatures(key, "held_out", cfg.seed, n_eval)
+        demos.update(_train_signatures(_env_key(src), src.seed, src.task_pool))
+    held = _held_out_signatures(key, cfg.seed, n_eval)
     train_set = set(train)
     dup = [i for i, s in enumerate(held) if s in train_set]
     demo_dup = [i for i, s in enumerate(held) if s in demos]
@@ -154,8 +161,8 @@ def recompute(name: str, results: Path) -> dict:
         some = next(v for k, v in runs.items() if k.endswith(f"/seed{s}"))
         n, m = len(some["per_task"]), some["scored_tasks"]
         cfg = base.replace(seed=s)
-        train = set(_signatures(_env_key(cfg), "train", s, cfg.task_pool or 32))
-        held = _signatures(_env_key(cfg), "held_out", s, n)
+        train = set(_train_signatures(_env_key(cfg), s, cfg.task_pool))
+        held = _held_out_signatures(_env_key(cfg), s, n)
         keep = np.asarray([h not in train for h in held])
         keep[:m] = False  # the fresh levels only (the first m were the ones each run was scored on)
         by_seed[s] = keep

@@ -99,11 +99,15 @@ def _policy_gradient(theta, state, action, adv, valid, n_traj):
     return g / n_traj
 
 
+def per_seed_mean(x: Float[Array, "seeds B K T"], valid) -> Float[Array, "seeds 1 1 1"]:
+    """Each seed's mean of x over its valid records (0 where it has none)."""
+    axes = tuple(range(1, x.ndim))
+    return jnp.where(valid, x, 0.0).sum(axes, keepdims=True) / jnp.maximum(valid.sum(axes, keepdims=True), 1)
+
+
 def unit_rms(adv: Float[Array, "seeds B K T"], valid) -> Float[Array, "seeds B K T"]:
     """Each seed's credit divided by its root mean square over its valid records (zero stays zero)."""
-    axes = tuple(range(1, adv.ndim))
-    sq = jnp.where(valid, adv * adv, 0.0).sum(axes, keepdims=True)
-    rms = jnp.sqrt(sq / jnp.maximum(valid.sum(axes, keepdims=True), 1))
+    rms = jnp.sqrt(per_seed_mean(adv * adv, valid))
     return jnp.where(rms > 0, adv / jnp.where(rms > 0, rms, 1.0), 0.0)
 
 
@@ -125,9 +129,7 @@ def _run(tables: PaddedTables, theta0, key, kernel, est_cfg, *, seeds, num_group
         if scale == "unit_rms":
             adv = unit_rms(adv, smp.batch.mask)
         thetas = thetas + lr * grad(thetas, smp.state, smp.action, adv, smp.batch.mask)
-        valid = smp.batch.mask
-        axes = tuple(range(1, valid.ndim))
-        mass = ((adv != 0) & valid).sum(axes) / jnp.maximum(valid.sum(axes), 1)  # records carrying credit
+        mass = per_seed_mean((adv != 0).astype(jnp.float32), smp.batch.mask).reshape(seeds)  # records with credit
         return thetas, (succ(thetas), mass)
 
     thetas = jnp.broadcast_to(theta0, (seeds,) + theta0.shape)

@@ -191,18 +191,22 @@ def record_metrics(x, y, group, split_masks: Mapping[str, np.ndarray], *, ret=No
     acts (coverage and the covered / fallback split)."""
     out = {"pearson": _pearson(x, y), "spearman": _pearson(_ranks(x), _ranks(y)), "sign_acc": sign_accuracy(x, y),
            "affine_err": affine_error(x, y, group)}
-    for name, m in split_masks.items():
+
+    def on(name: str, m: np.ndarray, *, affine: bool = False) -> None:  # the scores on the records m only
         out[f"pearson_{name}"] = _pearson(x[m], y[m]) if m.sum() > 1 else float("nan")
         out[f"sign_acc_{name}"] = sign_accuracy(x[m], y[m]) if m.any() else float("nan")
+        if affine:
+            out[f"affine_err_{name}"] = affine_error(x[m], y[m], group[m]) if m.sum() > 1 else float("nan")
+
+    for name, m in split_masks.items():
+        on(name, m)
     if ret is not None:
         out["partial_return"] = partial_correlation(x, y, ret)
         out["spearman_null"] = float(np.quantile(shuffled_spearman(x, y, group), 0.975))
     if covered is not None:
         out["coverage"] = float(covered.mean())
-        for name, m in (("covered", covered), ("fallback", ~covered)):
-            out[f"pearson_{name}"] = _pearson(x[m], y[m]) if m.sum() > 1 else float("nan")
-            out[f"sign_acc_{name}"] = sign_accuracy(x[m], y[m]) if m.any() else float("nan")
-            out[f"affine_err_{name}"] = affine_error(x[m], y[m], group[m]) if m.sum() > 1 else float("nan")
+        on("covered", covered, affine=True)
+        on("fallback", ~covered, affine=True)
     return out
 
 
@@ -217,16 +221,14 @@ def acting(name: str, output, shared: np.ndarray, mask: np.ndarray) -> np.ndarra
 
 
 def shared_states(obs_key: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Per valid record: is its observation seen by another record of its group?"""
-    B = mask.shape[0]
-    out = []
-    for b in range(B):
-        keys = [tuple(k) for k in obs_key[b][mask[b]]]
-        counts: dict = {}
-        for k in keys:
-            counts[k] = counts.get(k, 0) + 1
-        out += [counts[k] > 1 for k in keys]
-    return np.asarray(out, bool)
+    """Per valid record: is its observation seen by another record of its group? (the estimators' own
+    merge of equal observations, ``graph.state_ids``, then each state's record count)"""
+    from ..credit.graph import state_ids
+
+    ids = np.asarray(jax.vmap(lambda o, m: state_ids(o, m)[0])(obs_key, mask))
+    mask = np.asarray(mask)
+    counts = [np.bincount(i[m], minlength=i.size) for i, m in zip(ids, mask)]
+    return np.concatenate([c[i[m]] > 1 for c, i, m in zip(counts, ids, mask)])
 
 
 # ------------------------------------------------------------------------------ one batch

@@ -44,7 +44,7 @@ from ..graph import history_keys, state_ids
 from ..returns import discounted_returns
 from ..stats import masked_moments
 from ..types import ProxMOOutput, StepBatch
-from .common import entry_point, per_group, stop_gradient, with_sanitized_input
+from .common import entry_point, stop_gradient, with_sanitized_input
 from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
 from .registry import register_estimator
@@ -154,10 +154,7 @@ def proxmo_kernel(batch: StepBatch, config: ProxMOConfig, features: Optional[Flo
     """The jittable ProxMO kernel (no host checks; invalid groups are dropped and flagged). ``features``:
     the rows' TF-IDF vectors (``tfidf_features``), or None for the hashed observations as words;
     ``vocabulary`` (static): False when the batch's texts held no word (the step term is then 0)."""
-    if features is None:
-        return stop_gradient(per_group(lambda o, r, m, c, p, cfg: _group(o, r, m, c, p, None, cfg, vocabulary),
-                                       batch, config))
-    fn = lambda o, r, m, c, p, f: _group(o, r, m, c, p, f, config, vocabulary)
+    fn = lambda o, r, m, c, p, f: _group(o, r, m, c, p, f, config, vocabulary)  # f None: an empty pytree per group
     return stop_gradient(jax.vmap(fn)(batch.obs_key, batch.reward, batch.mask, batch.outcome,
                                       batch.penalty_or_zeros(), features))
 
