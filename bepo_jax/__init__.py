@@ -21,11 +21,11 @@ Data model (``bepo_jax.credit.types``)
 
 Estimators (``bepo_jax.credit.estimators``; one registry, ``ESTIMATORS``)
     Host entries ``grpo``, ``gigpo``, ``graphgpo``, ``hgpo``, ``g2po``, ``g2po_abstract``, ``proxmo``,
-    ``gated_bepo``, ``bepo_nogate``, ``bepo_mc``, ``bepo_additive``, ``gagpo``,
+    ``ecpo``, ``gated_bepo``, ``bepo_nogate``, ``bepo_mc``, ``bepo_additive``, ``gagpo``,
     ``confidence_returns`` and their jittable ``*_kernel``; configs ``GRPOConfig``, ``GiGPOConfig``,
-    ``GraphGPOConfig``, ``HGPOConfig``, ``G2POConfig``, ``G2POAbstractConfig``, ``ProxMOConfig``, ``GatedBEPOConfig``,
+    ``GraphGPOConfig``, ``HGPOConfig``, ``G2POConfig``, ``G2POAbstractConfig``, ``ProxMOConfig``, ``ECPOConfig``, ``GatedBEPOConfig``,
     ``GAGPOConfig``, ``ConfidenceConfig``; outputs ``GRPOOutput``, ``GiGPOOutput``,
-    ``GraphGPOOutput``, ``HGPOOutput``, ``G2POOutput``, ``G2POAbstractOutput``, ``ProxMOOutput``, ``GatedBEPOOutput``,
+    ``GraphGPOOutput``, ``HGPOOutput``, ``G2POOutput``, ``G2POAbstractOutput``, ``ProxMOOutput``, ``ECPOOutput``, ``GatedBEPOOutput``,
     ``ConfidenceOutput`` and their ``GraphDiagnostics``. ``compute_advantages`` runs one by
     name (``tfidf_features``: ProxMO's TF-IDF of observation texts); ``register_estimator`` adds one (an ``Estimator`` entry); ``get_estimator``, ``make_config`` and
     ``estimator_settings`` read and validate settings; ``parse_estimator_spec`` reads
@@ -35,7 +35,8 @@ Estimators (``bepo_jax.credit.estimators``; one registry, ``ESTIMATORS``)
 
 Around the kernels
     ``hash_observation``, ``hash_observations`` (host digests of text), ``hash_tokens``
-    (the in-jit digest of token arrays); ``Trajectory`` and ``batch_from_trajectories``
+    (the in-jit digest of token arrays); ``action_keys`` / ``canonical_action`` (the optional
+    ``StepBatch.action_key``: canonical action texts or ids, hashed); ``Trajectory`` and ``batch_from_trajectories``
     (a StepBatch from Python lists); ``from_rows`` / ``to_rows`` / ``RowIndex`` (verl-agent's
     flat rows); ``SimilarityConfig`` / ``merge_similar`` (near-duplicate states);
     ``to_token_advantages`` (record -> token credit).
@@ -46,19 +47,19 @@ from .credit.builders import Trajectory, batch_from_trajectories
 from .credit.estimators import (ESTIMATORS, ConfidenceConfig, Estimator, G2POAbstractConfig, G2POConfig, GAGPOConfig, GatedBEPOConfig,
                                 GiGPOConfig, GraphGPOConfig, GRPOConfig, HGPOConfig, bepo_additive,
                                 bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate, bepo_nogate_kernel,
-                                compute_advantages, confidence_features, confidence_loss, confidence_returns,
+                                compute_advantages, confidence_features, ecpo, ecpo_kernel, ECPOConfig, confidence_loss, confidence_returns,
                                 confidence_returns_kernel, estimator_settings, g2po, g2po_abstract,
                                 g2po_abstract_kernel, g2po_kernel, gagpo, gagpo_kernel,
                                 gated_bepo, gated_bepo_kernel, get_estimator, gigpo, gigpo_kernel, graphgpo,
                                 graphgpo_kernel, grpo, grpo_kernel, hgpo, hgpo_kernel, make_config, max_states_for,
                                 parse_estimator_spec, proxmo, proxmo_kernel, ProxMOConfig, register_estimator,
                                 tfidf_features)
-from .credit.hashing import hash_observation, hash_observations, hash_tokens
+from .credit.hashing import action_keys, canonical_action, hash_observation, hash_observations, hash_tokens
 from .credit.similarity import SimilarityConfig, merge_similar
 from .credit.tokens import to_token_advantages
 from .credit.types import (DROPPED, FAILURE, INVALID_FLAGS, INVALID_MASK, INVALID_OUTCOME, INVALID_PENALTY,
                            INVALID_SCALE, INVALID_VALUE, SCALE_LIMIT, SINGLE_TRAJECTORY, SUCCESS, TRUNCATED,
-                           ConfidenceOutput, G2POAbstractOutput, G2POOutput, GatedBEPOOutput, ProxMOOutput, GiGPOOutput, GraphDiagnostics,
+                           ConfidenceOutput, ECPOOutput, G2POAbstractOutput, G2POOutput, GatedBEPOOutput, ProxMOOutput, GiGPOOutput, GraphDiagnostics,
                            GraphGPOOutput, GRPOOutput, HGPOOutput, StepBatch, check_batch, group_flags, sanitize,
                            split_key64)
 from .integrations.rows import RowIndex, from_rows, to_rows
@@ -77,6 +78,7 @@ __all__ = [
     "g2po", "g2po_kernel", "G2POConfig", "G2POOutput",
     "g2po_abstract", "g2po_abstract_kernel", "G2POAbstractConfig", "G2POAbstractOutput",
     "proxmo", "proxmo_kernel", "ProxMOConfig", "ProxMOOutput", "tfidf_features",
+    "ecpo", "ecpo_kernel", "ECPOConfig", "ECPOOutput",
     "gated_bepo", "gated_bepo_kernel", "GatedBEPOConfig", "GatedBEPOOutput", "GraphDiagnostics",
     "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
     "gagpo", "gagpo_kernel", "GAGPOConfig",
@@ -85,7 +87,7 @@ __all__ = [
     "ESTIMATORS", "Estimator", "register_estimator", "compute_advantages", "get_estimator", "make_config",
     "estimator_settings", "parse_estimator_spec", "max_states_for",
     # around the kernels
-    "hash_observation", "hash_observations", "hash_tokens", "Trajectory", "batch_from_trajectories",
+    "hash_observation", "hash_observations", "hash_tokens", "action_keys", "canonical_action", "Trajectory", "batch_from_trajectories",
     "RowIndex", "from_rows", "to_rows", "SimilarityConfig", "merge_similar", "to_token_advantages",
 ]
 

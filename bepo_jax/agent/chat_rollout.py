@@ -51,7 +51,7 @@ import numpy as np
 from flax import nnx
 
 from ..credit._config import check_bool, check_choice, check_int, check_range
-from ..credit.hashing import hash_observations
+from ..credit.hashing import action_keys, hash_observations
 from .models.generate import left_pad
 from .rollout import Rollout, finish_rollout, sample_responses
 
@@ -284,6 +284,7 @@ class ChatRollout:
         raw[:] = ""
         reward, penalty = np.zeros((N, T), np.float32), np.zeros((N, T), np.float32)
         valid, action_out = np.zeros((N, T), bool), np.full((N, T), -1, np.int32)
+        action_text = np.full((N, T), "", object)  # the chosen command ("" = no valid command, and padding)
         turns = []  # per turn: (prompt rows, reply tokens [N, R], reply mask, logp)
         frozen = self.frozen
         for t in range(T):
@@ -308,6 +309,7 @@ class ChatRollout:
                 turn = {"observation": obs[i], "commands": list(cmds[i]), "reply": text, "action": a, "reward": 0.0}
                 history[i].append((obs[i], list(cmds[i]), text))
                 if a >= 0:
+                    action_text[i, t] = cmds[i][a]
                     obs[i], r, d, won, new_cmds = envs[i].step(cmds[i][a])
                     cmds[i] = list(new_cmds)
                     reward[i, t] = turn["reward"] = float(r)
@@ -326,9 +328,9 @@ class ChatRollout:
             if done.all():
                 break
         self.episodes, self.timing = episodes, {"decode_s": decode_s, "env_s": env_s}
-        return self._assemble(turns, raw, reward, penalty, valid, action_out, success, ended, B, K)
+        return self._assemble(turns, raw, reward, penalty, valid, action_out, action_text, success, ended, B, K)
 
-    def _assemble(self, turns, raw, reward, penalty, valid, action_out, success, ended, B, K) -> Rollout:
+    def _assemble(self, turns, raw, reward, penalty, valid, action_out, action_text, success, ended, B, K) -> Rollout:
         """The turns as one [B, K, T, P + R] batch, left-padded to the iteration's longest prompt bucket."""
         N, T, R = raw.shape[0], raw.shape[1], self.config.max_reply
         P = self._bucket(max(len(r) for rows, *_ in turns for r in rows))
@@ -353,4 +355,5 @@ class ChatRollout:
         shape = lambda x: jnp.asarray(x.reshape((B, K) + x.shape[1:]))
         return finish_rollout(shape(keys), shape(reward), shape(penalty), shape(valid), shape(tokens), shape(mask),
                               shape(resp), shape(logp), shape(action_out), shape(success), shape(ended),
-                              None if hidden is None else shape(hidden), shape(obs_bytes))
+                              None if hidden is None else shape(hidden), shape(obs_bytes),
+                              action_key=shape(action_keys(action_text)))

@@ -21,7 +21,7 @@ from flax import nnx
 
 from .envs.base import JaxEnv, env_reset, env_step, history_words, parse_response, render_tokens_text, word_table
 from .envs.text import EOS, PAD, encode, normalize
-from ..credit.hashing import hash_observations
+from ..credit.hashing import action_keys, hash_observations
 from .rollout import (Rollout, RolloutConfig, _check_response_fits, build_prompt, check_context, finish_rollout,
                       prompt_length, sample_responses)
 
@@ -86,6 +86,7 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
         penalty = np.zeros((N, T), np.float32)
         valid = np.zeros((N, T), bool)
         action_out = np.full((N, T), -1, np.int32)
+        action_text = np.full((N, T), "", object)  # the chosen command ("" = no valid action, and padding)
         seqs, msks, resps, logps = [], [], [], []
         for t in range(T):
             obs = np.zeros((N, S), np.int32)
@@ -107,6 +108,7 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
                 raw[i, t] = obs_text[i]
                 a = int(action[i])
                 if a >= 0:
+                    action_text[i, t] = cmds[i][a]
                     obs_text[i], r, d, won, cmds[i] = envs[i].step(cmds[i][a])
                     reward[i, t] = r
                     success[i] |= won
@@ -137,7 +139,7 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
         shape = lambda x: jnp.asarray(x.reshape((B, K) + x.shape[1:]))
         return finish_rollout(shape(keys), shape(reward), shape(penalty), shape(valid), shape(stack(seqs)),
                               shape(stack(msks)), shape(stack(resps)), shape(stack(logps)), shape(action_out),
-                              shape(success), shape(ended))
+                              shape(success), shape(ended), action_key=shape(action_keys(action_text)))
 
     return rollout
 

@@ -34,6 +34,7 @@ from ..credit._config import check_choice, check_int, check_range
 from .envs.base import JaxEnv, env_reset, env_step, history_words, observation_keys, parse_response, word_table
 from .envs.text import BOS, EOS, PAD, SEP
 from .models.interface import token_logprobs
+from ..credit.hashing import action_id_keys
 from ..credit.types import StepBatch, outcome_codes
 
 
@@ -428,10 +429,15 @@ def make_replay(env: JaxEnv, config: RolloutConfig = RolloutConfig()):
 
 
 def finish_rollout(key_obs, reward, penalty, valid, seq, msk, resp, logp, action, success, terminal,
-                   hidden=None, obs_tokens=None) -> Rollout:
+                   hidden=None, obs_tokens=None, action_key=None) -> Rollout:
     """Outcomes and the Rollout tuple (shared with the host loop): SUCCESS if the episode
     succeeded, FAILURE if the environment ended it otherwise (even on the last allowed
-    step), TRUNCATED if only the time limit ended it."""
+    step), TRUNCATED if only the time limit ended it. ``action_key``: the batch's action keys
+    (the host loops pass the chosen commands' texts, hashed); None: the action ids', as the
+    jitted loop's actions are indices into the environment's fixed action set (-1 invalid)."""
     outcome = outcome_codes(success, terminal)
-    batch = StepBatch(obs_key=key_obs, reward=reward, mask=valid, outcome=outcome, penalty=penalty)
+    if action_key is None:
+        action_key = action_id_keys(jnp.where(valid, action, -1))
+    batch = StepBatch(obs_key=key_obs, reward=reward, mask=valid, outcome=outcome, penalty=penalty,
+                      action_key=action_key)
     return Rollout(batch, seq, msk, resp, logp, action, success, hidden, obs_tokens)

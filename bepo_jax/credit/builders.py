@@ -16,18 +16,20 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from .hashing import hash_observation
+from .hashing import action_keys, hash_observation
 from .types import FAILURE, NUM_OUTCOMES, StepBatch
 
 
 @dataclasses.dataclass(frozen=True)
 class Trajectory:
-    """One trajectory: the observation before each step, each step's reward, the outcome."""
+    """One trajectory: the observation before each step, each step's reward, the outcome; optionally
+    each step's penalty and action (texts or ids: ``StepBatch.action_key``, via ``action_keys``)."""
 
     observations: Sequence[Any]
     rewards: Sequence[float]
     outcome: int
     penalties: Optional[Sequence[float]] = None
+    actions: Optional[Sequence[Any]] = None
 
     def __post_init__(self):
         if len(self.observations) != len(self.rewards):
@@ -37,13 +39,16 @@ class Trajectory:
             )
         if self.penalties is not None and len(self.penalties) != len(self.rewards):
             raise ValueError("Trajectory.penalties must have one entry per step.")
+        if self.actions is not None and len(self.actions) != len(self.rewards):
+            raise ValueError("Trajectory.actions must have one entry per step (the action taken at that step).")
         if not 0 <= int(self.outcome) < NUM_OUTCOMES:
             raise ValueError(f"Trajectory.outcome={self.outcome!r}; use SUCCESS (0), FAILURE (1) or TRUNCATED (2).")
 
 
 def batch_from_trajectories(groups: Sequence[Sequence[Trajectory]], *, num_steps: Optional[int] = None,
                             group_size: Optional[int] = None) -> StepBatch:
-    """Pad ``groups`` into a StepBatch of shape [len(groups), K, T].
+    """Pad ``groups`` into a StepBatch of shape [len(groups), K, T]. ``action_key`` is set when every
+    non-empty trajectory gives its ``actions`` (None when none does; a mix is refused).
 
     >>> import bepo_jax as bj
     >>> b = batch_from_trajectories([[bj.Trajectory(["a", "b"], [0, 1], bj.SUCCESS), bj.Trajectory(["a"], [0], bj.FAILURE)]])
@@ -61,6 +66,11 @@ def batch_from_trajectories(groups: Sequence[Sequence[Trajectory]], *, num_steps
     penalty = np.zeros((B, K, T), np.float32)
     mask = np.zeros((B, K, T), bool)
     outcome = np.full((B, K), FAILURE, np.int32)
+    given = {t.actions is not None for g in groups for t in g if len(t.rewards)}
+    if len(given) > 1:
+        raise ValueError("batch_from_trajectories: some trajectories give actions and some do not; give every "
+                         "trajectory its actions (for StepBatch.action_key) or none.")
+    action_key = np.zeros((B, K, T, 2), np.uint32) if given == {True} else None
     for b, group in enumerate(groups):
         if len(group) > K:
             raise ValueError(f"group {b} has {len(group)} trajectories, more than group_size={K}.")
@@ -73,6 +83,9 @@ def batch_from_trajectories(groups: Sequence[Sequence[Trajectory]], *, num_steps
             reward[b, k, :L] = traj.rewards
             if traj.penalties is not None:
                 penalty[b, k, :L] = traj.penalties
+            if action_key is not None and L:
+                action_key[b, k, :L] = action_keys(list(traj.actions))
             mask[b, k, :L] = True
             outcome[b, k] = traj.outcome
-    return StepBatch(obs_key=obs_key, reward=reward, mask=mask, outcome=outcome, penalty=penalty)
+    return StepBatch(obs_key=obs_key, reward=reward, mask=mask, outcome=outcome, penalty=penalty,
+                     action_key=action_key)

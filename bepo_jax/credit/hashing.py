@@ -180,3 +180,49 @@ def hash_tokens(tokens: Array, mask: Bool[Array, "*batch L"]) -> UInt32[Array, "
         acc = jnp.sum(jnp.where(mask, per_token, jnp.uint32(0)), axis=-1, dtype=jnp.uint32)
         lanes.append(_fmix32(acc ^ _fmix32(length + seed)))
     return jnp.stack(lanes, axis=-1)
+
+
+# ----------------------------------------------------------------------------------
+# Action keys (``StepBatch.action_key``): the canonical action, hashed.
+
+
+def canonical_action(text: Any) -> Any:
+    """The canonical form of an action: text lower-cased with its whitespace runs collapsed to
+    one space and stripped ("Go  North " -> "go north"); any other value unchanged."""
+    return " ".join(text.lower().split()) if isinstance(text, str) else text
+
+
+def action_id_keys(ids: Array) -> UInt32[Array, "*batch 2"]:
+    """Jittable keys of integer action ids (a fixed action set; -1 for "no valid action" is a key
+    of its own): ``hash_tokens`` of each id as a one-word row."""
+    ids = jnp.asarray(ids)
+    if not jnp.issubdtype(ids.dtype, jnp.integer):
+        raise ValueError(f"action_id_keys: ids have dtype {ids.dtype}; pass integer action ids.")
+    return hash_tokens(ids[..., None].astype(jnp.int32), jnp.ones(ids.shape + (1,), bool))
+
+
+def action_keys(actions: Any) -> np.ndarray:
+    """Host keys of a batch of actions, uint32 [*batch, 2], for ``StepBatch.action_key``.
+
+    An integer array: action ids (``action_id_keys``). Otherwise a nested list (or object array) of
+    action texts: each is put in canonical form (``canonical_action``) and digested as an observation
+    is (``hash_observation``), so "Go North" and "go  north" share a key and "go south" does not.
+
+    >>> k = action_keys([["Go North", "go  north", "go south"]])
+    >>> bool((k[0, 0] == k[0, 1]).all()), bool((k[0, 0] == k[0, 2]).all())
+    (True, False)
+    """
+    if isinstance(actions, np.ndarray) or hasattr(actions, "__jax_array__") or type(actions).__module__.startswith("jax"):
+        arr = np.asarray(actions)
+        if np.issubdtype(arr.dtype, np.integer):
+            return np.asarray(action_id_keys(arr))
+        if arr.dtype.kind in "US":  # NumPy strings: the texts as Python strings
+            arr = arr.astype(object)
+        if arr.dtype != object:
+            raise ValueError(f"action_keys: a {arr.dtype} array; pass integer action ids or action texts.")
+        return hash_observations(np.vectorize(canonical_action, otypes=[object])(arr))
+
+    def canon(x):
+        return [canon(y) for y in x] if isinstance(x, (list, tuple)) else canonical_action(x)
+
+    return hash_observations(canon(actions))

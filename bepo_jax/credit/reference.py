@@ -509,6 +509,51 @@ def ref_proxmo(batch_np, texts=None, *, mode="soft", gamma=0.95, w=1.0, psc=True
     return out
 
 
+def ref_ecpo(batch_np, actions=None, *, gamma=0.95, omega=1.0, kappa=1.0, gate="ratio", tau=0.5, anchor="rows",
+             norm="mean", weighting="step", std="unbiased", eps=1e-6):
+    """ECPO as docs/estimators.md (ECPO) writes this project's reconstruction, record by record: anchors
+    keyed by the observation, actions by ``actions[b, k, t]`` (a key per record) or, when None, by the
+    successor (the next observation, or the END of the outcome)."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    out = np.zeros((B, K, T))
+    for b in range(B):
+        L = lengths(mask[b])
+        a_ep = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        y, at = {}, defaultdict(list)
+        for k in range(K):
+            G = ref_returns(list(map(float, reward[b][k, : L[k]])), gamma)
+            for t in range(L[k]):
+                y[(k, t)] = G[t] + float(penalty[b][k, t])
+                if actions is not None:
+                    act = tuple(actions[b][k, t])
+                else:
+                    act = tuple(obs[b][k, t + 1]) if t + 1 < L[k] else ("END", int(outcome[b][k]))
+                at[tuple(obs[b][k, t])].append(((k, t), act))
+        for recs in at.values():
+            by_action = defaultdict(list)
+            for r, act in recs:
+                by_action[act].append(y[r])
+            if len(by_action) < 2:
+                continue
+            vals = [y[r] for r, _ in recs]
+            means = {a: sum(v) / len(v) for a, v in by_action.items()}
+            base = sum(vals) / len(vals) if anchor == "rows" else sum(means.values()) / len(means)
+            sd = _std(vals, _ddof(std))
+            between = sum((means[a] - base) ** 2 for _, a in recs) / len(recs)
+            within = sum((y[r] - means[a]) ** 2 for r, a in recs) / len(recs)
+            rho = between / (between + within) if between + within > 0 else 0.0
+            g = {"ratio": rho, "threshold": float(rho >= tau), "none": 1.0}[gate]
+            for r, a in recs:
+                n_a = len(by_action[a])
+                step = n_a / (n_a + kappa) * (means[a] - base)
+                if norm == "mean_std":
+                    step /= sd + eps
+                out[b][r] += omega * g * step
+        out[b] += a_ep
+    return out
+
+
 def ref_g2po_abstract(batch_np, *, gamma, beta_g, beta_e, unit, norm, weighting, std, eps):
     """G2PO from its definition (docs/estimators.md, G2PO): V(s) = mean of the discounted returns
     of the records at s (V(END) = 0); an edge (s, s') has TD error mean(r) + gamma V(s') - V(s)

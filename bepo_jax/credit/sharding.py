@@ -56,7 +56,8 @@ def pad_groups(batch: StepBatch, multiple: int) -> tuple[StepBatch, int]:
 
     return StepBatch(obs_key=pad(batch.obs_key, 0), reward=pad(batch.reward, 0), mask=pad(batch.mask, False),
                      outcome=pad(batch.outcome, FAILURE),
-                     penalty=None if batch.penalty is None else pad(batch.penalty, 0)), B
+                     penalty=None if batch.penalty is None else pad(batch.penalty, 0),
+                     action_key=None if batch.action_key is None else pad(batch.action_key, 0)), B
 
 
 def _check_divisible(batch: StepBatch, mesh: Mesh, axis: str) -> None:

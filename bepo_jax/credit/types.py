@@ -48,6 +48,9 @@ class StepBatch:
       outcome: int32 [B, K] — ``SUCCESS`` (0), ``FAILURE`` (1) or ``TRUNCATED`` (2).
       penalty: float32 [B, K, T] or None — per-step local penalty (<= 0 in
         verl-agent's use); ``None`` means zeros.
+      action_key: uint32 [B, K, T, 2] or None — 64-bit key of the action taken at step t
+        (``action_keys``: the canonical action text, hashed); ``None`` when the actions are
+        not recorded. Only estimators that group by action read it (ECPO).
 
     The class is a pytree, so it passes through ``jax.jit``/``vmap``/``shard_map``.
     Host entry points validate it with ``check_batch``.
@@ -58,6 +61,7 @@ class StepBatch:
     mask: RecordMask
     outcome: Outcomes
     penalty: Optional[PerRecord] = None
+    action_key: Optional[Keys] = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -151,6 +155,15 @@ def check_batch(batch: StepBatch, *, values: bool = True) -> StepBatch:
         _check_shape("penalty", penalty, (B, K, T), "[B, K, T]")
         _check_real("penalty", penalty)
 
+    action_key = batch.action_key
+    if action_key is not None:
+        action_key = _as_array("action_key", action_key)
+        _check_shape("action_key", action_key, (B, K, T, 2), "[B, K, T, 2]: a 64-bit key as two uint32 words")
+        if np.dtype(action_key.dtype) != np.uint32:
+            raise ValueError(
+                f"StepBatch.action_key has dtype {np.dtype(action_key.dtype)}; it must be uint32 [B, K, T, 2]. "
+                "Use bepo_jax.action_keys(actions) for action texts or ids.")
+
     if values and not any(_is_tracer(x) for x in (mask, reward, outcome, penalty)):
         _check_values(np.asarray(mask), np.asarray(reward), np.asarray(outcome),
                       None if penalty is None else np.asarray(penalty))
@@ -161,6 +174,7 @@ def check_batch(batch: StepBatch, *, values: bool = True) -> StepBatch:
         mask=jnp.asarray(mask),
         outcome=jnp.asarray(outcome, dtype=jnp.int32),
         penalty=None if penalty is None else jnp.asarray(penalty, dtype=jnp.float32),
+        action_key=None if action_key is None else jnp.asarray(action_key),
     )
 
 
@@ -280,7 +294,7 @@ def sanitize(batch: StepBatch) -> tuple[StepBatch, Int[Array, "B"]]:
     penalty = None if batch.penalty is None else clean(batch.penalty)
     outcome = jnp.clip(batch.outcome, 0, NUM_OUTCOMES - 1).astype(batch.outcome.dtype)
     return StepBatch(obs_key=batch.obs_key, reward=clean(batch.reward), mask=mask, outcome=outcome,
-                     penalty=penalty), flags
+                     penalty=penalty, action_key=batch.action_key), flags
 
 
 def split_key64(keys: Any) -> np.ndarray:
@@ -425,6 +439,20 @@ class ProxMOOutput:
     psc_weight: PerRecord
     baseline: PerRecord
     invalid: Int[Array, "B"]
+
+
+@_pytree
+class ECPOOutput:
+    """ECPO's output as this project reconstructs it (docs/estimators.md, ECPO): ``advantage`` =
+    ``a_episode`` + omega ``gate`` ``a_step``; ``a_step`` the shrunk action advantage n_sa / (n_sa + kappa)
+    (ybar_sa - ybar_s) before the gate (0 at anchors with fewer than two distinct actions); ``gate`` g_s,
+    the anchor's gate weight (0 where no step credit is given); all float32 [B, K, T]."""
+
+    advantage: PerRecord
+    a_episode: PerRecord
+    a_step: PerRecord
+    gate: PerRecord
+    diagnostics: GraphDiagnostics
 
 
 @_pytree

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from ..credit.hashing import hash_observation, hash_tokens
+from ..credit.hashing import action_keys, hash_observation, hash_tokens
 from ..credit.similarity import SimilarityConfig, merge_similar
 from ..credit.types import NUM_OUTCOMES, StepBatch
 
@@ -127,7 +127,7 @@ def _keys_of(obs_key, n: int) -> np.ndarray:
 
 def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
               shape: Optional[tuple[int, int, int]] = None, obs_tokens=None,
-              similarity: Optional[SimilarityConfig] = None) -> tuple[StepBatch, RowIndex]:
+              similarity: Optional[SimilarityConfig] = None, action=None) -> tuple[StepBatch, RowIndex]:
     """Pad rows into a StepBatch.
 
     Args (one entry per row, any order):
@@ -146,6 +146,8 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
         ``similarity``; placed in ``RowIndex.obs_tokens`` [B, K, T, W].
       similarity: a ``SimilarityConfig``: merge similar observations (``merge_similar``)
         so that every graph estimator groups them; None = exact keys.
+      action: [R] the action each row took (texts, canonicalised and hashed by ``action_keys``,
+        or integer ids), for ``StepBatch.action_key`` (ECPO groups by it); None = not recorded.
 
     verl-agent's rows of one group (two trajectories), GRPO's credit back on the rows (step
     weighting: statistics over the rows' scores 10, 10, 0):
@@ -186,6 +188,9 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
             raise ValueError(f"from_rows: obs_tokens must be integer tokens [R, W]; got {obs_tokens.dtype} "
                              f"{obs_tokens.shape}.")
     keys = _column("obs_key", _keys_of(obs_key, n), n)
+    act = None
+    if action is not None:
+        act = _column("action", action_keys(action if isinstance(action, np.ndarray) else list(action)), n)
     if keys.shape != (n, 2):
         raise ValueError(f"from_rows: obs_key must be uint32 [R, 2] or one raw observation per row; got {keys.shape}.")
 
@@ -241,8 +246,12 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
     if penalty is not None:
         pen[b, k, t] = penalty
     mask = np.arange(T)[None, None, :] < lengths[..., None]
+    act_key = None
+    if act is not None:
+        act_key = np.zeros((B, K, T, 2), np.uint32)
+        act_key[b, k, t] = act
     batch = StepBatch(obs_key=obs, reward=rew, mask=mask, outcome=out_bk.astype(np.int32),
-                      penalty=pen if penalty is not None else None)
+                      penalty=pen if penalty is not None else None, action_key=act_key)
     tokens = None
     if obs_tokens is not None:
         tokens = np.zeros((B, K, T, obs_tokens.shape[1]), obs_tokens.dtype)

@@ -258,7 +258,7 @@ def _sample_batch(truth: _Truth, cfg: LabConfig, key):
         smp = sample_groups(m, p, jax.random.fold_in(key, j), num_groups=c, group_size=cfg.group_size)
         parts.append((j, jax.device_get(smp)))
     batch = StepBatch(*(np.concatenate([np.asarray(getattr(s.batch, f)) for _, s in parts])
-                        for f in ("obs_key", "reward", "mask", "outcome", "penalty")))
+                        for f in ("obs_key", "reward", "mask", "outcome", "penalty", "action_key")))
     task = np.concatenate([np.full(s.state.shape, j) for j, s in parts])
     state = np.concatenate([np.asarray(s.state) for _, s in parts])
     action = np.concatenate([np.asarray(s.action) for _, s in parts])

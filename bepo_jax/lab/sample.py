@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int
 
+from ..credit.hashing import action_id_keys
 from ..credit.types import StepBatch, outcome_codes
 from .exact import check_probs
 from .model import TabularModel, padded_index
@@ -57,7 +58,7 @@ def _sample(key, log_pi, next_state, log_prob, reward, success, ended, obs_key, 
     key_obs, r, valid, s, a = map(shape, (key_obs, r, valid, s, a))
     won, term = won.reshape(num_groups, group_size), term.reshape(num_groups, group_size)
     batch = StepBatch(obs_key=key_obs, reward=r.astype(jnp.float32), mask=valid, outcome=outcome_codes(won, term),
-                      penalty=jnp.zeros_like(r, jnp.float32))
+                      penalty=jnp.zeros_like(r, jnp.float32), action_key=action_id_keys(jnp.where(valid, a, -1)))
     return Sampled(batch, s, jnp.where(valid, a, -1), won)
 
 

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import bepo_jax as bj
+
 from bepo_jax.agent.chat_rollout import ChatRollout, ChatRolloutConfig, format_command, parse_reply
 from bepo_jax.agent.models import load_pretrained, token_logprobs
 from bepo_jax.agent.models.lora import LoRAConfig, add_lora, trainable
@@ -114,6 +116,9 @@ def test_an_unparseable_reply_is_a_no_op_with_the_penalty(pre):
         assert [a >= 0 for a in act[b, k][valid[b, k]]] == named
         np.testing.assert_array_equal(pen[b, k][valid[b, k]], np.where(named, 0.0, -0.25).astype(np.float32))
         assert env.steps == [t["commands"][t["action"]] for t in turns if t["action"] >= 0]
+        # the action key: the command the game was given, or "" (no command) for an unparseable reply
+        given = [t["commands"][t["action"]] if t["action"] >= 0 else "" for t in turns]
+        np.testing.assert_array_equal(np.asarray(out.batch.action_key)[b, k][valid[b, k]], bj.action_keys(given))
         invalid_turns += named.count(False)
     assert invalid_turns > 0
     assert (pen[~valid] == 0).all()

@@ -59,6 +59,10 @@ def test_scripted_policy_moves_and_batch_is_consistent():
     B, K, T = out.batch.mask.shape
     assert (B, K, T) == (2, 3, 4)
     assert np.all(np.asarray(out.actions)[np.asarray(out.batch.mask)] == 3)
+    # the action key is the action id's (the same action, the same key; padding is the invalid id's)
+    ak, valid = np.asarray(out.batch.action_key), np.asarray(out.batch.mask)
+    np.testing.assert_array_equal(ak[valid], np.broadcast_to(np.asarray(bj.action_keys(np.array([3]))), ak[valid].shape))
+    assert not (ak[~valid] == ak[valid][:1]).all(axis=-1).any()
     assert np.all(np.asarray(out.batch.penalty) == 0)
     assert decode(np.asarray(out.tokens)[0, 0, 0, P:]) == "right"
     assert np.asarray(out.response_mask)[0, 0, 0].sum() == len("right") + 1  # through EOS

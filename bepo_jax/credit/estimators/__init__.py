@@ -14,6 +14,7 @@ from .hgpo import HGPOConfig, hgpo, hgpo_kernel
 from .g2po import G2POConfig, g2po, g2po_kernel
 from .g2po_abstract import G2POAbstractConfig, g2po_abstract, g2po_abstract_kernel
 from .proxmo import ProxMOConfig, proxmo, proxmo_kernel, tfidf_features
+from .ecpo import ECPOConfig, ecpo, ecpo_kernel
 from .bepo import GatedBEPOConfig, gated_bepo, gated_bepo_kernel
 from .ablations import (GAGPOConfig, bepo_additive, bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate,
                         bepo_nogate_kernel, gagpo, gagpo_kernel)
@@ -29,6 +30,7 @@ __all__ = [
     "HGPOConfig", "hgpo", "hgpo_kernel",
     "G2POConfig", "g2po", "g2po_kernel", "G2POAbstractConfig", "g2po_abstract", "g2po_abstract_kernel",
     "ProxMOConfig", "proxmo", "proxmo_kernel", "tfidf_features",
+    "ECPOConfig", "ecpo", "ecpo_kernel",
     "GatedBEPOConfig", "gated_bepo", "gated_bepo_kernel",
     "GAGPOConfig", "gagpo", "gagpo_kernel",
     "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
