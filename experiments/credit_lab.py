@@ -63,8 +63,10 @@ def sweeps(env: str, scale: dict, seed: int) -> dict[str, SweepConfig]:
 G2PO_VS = ("gated_bepo", "gigpo", "gagpo")  # G2PO's nearest relatives: fixed point + gate, step groups, MC + GAE
 # each later estimator against its nearest relatives, paired per batch: G2PO (the authors' version and the one
 # reconstructed from the abstract) as above; ProxMO against the gate, its own step groups' estimator and the
-# ungated fixed point (its soft kernel is an implicit gate)
-RIVALS = {"g2po": G2PO_VS, "g2po_abstract": G2PO_VS, "proxmo": ("gated_bepo", "gigpo", "bepo_nogate")}
+# ungated fixed point (its soft kernel is an implicit gate); ECPO (reconstructed from its abstract) the same way
+# (its variance gate against Gated-BEPO's successor gate)
+GATE_VS = ("gated_bepo", "gigpo", "bepo_nogate")
+RIVALS = {"g2po": G2PO_VS, "g2po_abstract": G2PO_VS, "proxmo": GATE_VS, "ecpo": GATE_VS}
 
 
 def _tag(env: str, r: dict) -> str:
@@ -183,7 +185,8 @@ def summary_markdown(summary: dict, envs: list[str], command: str) -> str:
                  f"{_sep(v['fp_minus_mc'], ('fp', 'mc', '~'), lower_is_better=True)} "
                  f"| {_f(v['credit_fp_minus_mc'], signed=True)} {_sep(v['credit_fp_minus_mc'])} |")
     what = {"g2po": "G2PO (its authors' code)", "g2po_abstract": "G2PO as reconstructed from its abstract",
-            "proxmo": "ProxMO (its authors' code; here without texts: each distinct observation a word of its own)"}
+            "proxmo": "ProxMO (its authors' code; here without texts: each distinct observation a word of its own)",
+            "ecpo": "ECPO (reconstructed from its abstract; the sampled action ids as action keys)"}
     for name, per in summary.get("rivals", {}).items():
         if not per:
             continue

@@ -211,13 +211,13 @@ def record_metrics(x, y, group, split_masks: Mapping[str, np.ndarray], *, ret=No
 
 
 def acting(name: str, output, shared: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Where an estimator's step mechanism acts, per valid record: its own gate (``output.gate``), nothing for
-    GRPO (outcome credit only), else a state shared by two or more records of the group (where step groups,
-    graph values and soft kernels have something to compare)."""
+    """Where an estimator's step mechanism acts, per valid record: its own gate (``output.gate``: open, or a
+    weight above 0 as ECPO's), nothing for GRPO (outcome credit only), else a state shared by two or more
+    records of the group (where step groups, graph values and soft kernels have something to compare)."""
     if name == "grpo":
         return np.zeros(int(mask.sum()), bool)
     gate = getattr(output, "gate", None)
-    return np.asarray(gate)[mask] if gate is not None else shared
+    return np.asarray(gate)[mask] > 0 if gate is not None else shared
 
 
 def shared_states(obs_key: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -375,3 +375,18 @@ def test_partial_correlation_and_the_shuffled_band():
         ks = [tuple(k) for k in keys[b][mask[b]]]
         want += [ks.count(k) > 1 for k in ks]
     np.testing.assert_array_equal(shared_states(keys, mask), want)
+
+
+def test_coverage_reads_a_boolean_gate_and_a_gate_weight_alike():
+    from types import SimpleNamespace
+
+    from bepo_jax.lab.quality import acting
+
+    mask = np.array([[[True, True, False]]])
+    shared = np.array([True, False])
+    gate_bool = SimpleNamespace(gate=np.array([[[True, False, True]]]))
+    gate_weight = SimpleNamespace(gate=np.array([[[0.0, 0.3, 0.9]]]))  # ECPO: a weight, 0 where closed
+    np.testing.assert_array_equal(acting("gated_bepo", gate_bool, shared, mask), [True, False])
+    np.testing.assert_array_equal(acting("ecpo", gate_weight, shared, mask), [False, True])
+    np.testing.assert_array_equal(acting("gigpo", SimpleNamespace(), shared, mask), shared)
+    assert not acting("grpo", gate_bool, shared, mask).any()
