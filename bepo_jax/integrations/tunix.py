@@ -233,10 +233,10 @@ class StepCollectEngine(trajectory_collect_engine.TrajectoryCollectEngine):
                 raise RuntimeError(f"StepCollectEngine: the agent recorded {len(steps)} steps in "
                                    f"{len(self._bepo_states)} model calls; step credit needs one Step per model call.")
             out["bepo_turns"] = [Turn(s, float(st.reward or 0.0), _len(getattr(st, "assistant_tokens", None)),
-                                      _len(getattr(st, "env_tokens", None)))
+                                      _len(getattr(st, "env_tokens", None)), _action_text(st))
                                  for s, st in zip(self._bepo_states, steps)]
             if self._bepo_cut is not None:  # the reply that exhausted the budget: a turn without tokens
-                out["bepo_turns"].append(Turn(self._bepo_cut, 0.0, 0, 0))
+                out["bepo_turns"].append(Turn(self._bepo_cut, 0.0, 0, 0, ""))
             out["bepo_ending"] = self._ending()
             out["bepo_max_steps"] = int(self.max_steps)
         return out
@@ -244,6 +244,16 @@ class StepCollectEngine(trajectory_collect_engine.TrajectoryCollectEngine):
 
 def _len(tokens) -> int:
     return 0 if tokens is None else len(tokens)
+
+
+def _action_text(step) -> Optional[str]:
+    """The text of a Tunix Step's parsed action (``Step.action``, an ``Action`` whose ``.action`` is the
+    payload): a string as it is, any other payload (tool calls) as sorted-key JSON; None when the step
+    recorded no action."""
+    payload = getattr(getattr(step, "action", None), "action", getattr(step, "action", None))
+    if payload is None or isinstance(payload, str):
+        return payload
+    return json.dumps(payload, sort_keys=True, default=str)
 
 
 def split_groups(trajectories: Sequence[Any], num_generations: int) -> list[list[int]]:

@@ -45,13 +45,15 @@ ENDINGS = ("env",) + LIMIT_ENDINGS
 
 
 class Turn(NamedTuple):
-    """One turn of a trajectory: the observation acted on, the step reward, and how many
-    assistant and environment tokens the turn adds to the token stream."""
+    """One turn of a trajectory: the observation acted on, the step reward, how many
+    assistant and environment tokens the turn adds to the token stream, and optionally the
+    action taken (its text: ``StepBatch.action_key`` for ECPO; "" = no valid action)."""
 
     state: str
     reward: float
     assistant_tokens: int
     env_tokens: int
+    action: Optional[str] = None
 
 
 def outcome_of(ending: str, success: Optional[bool]) -> int:
@@ -199,7 +201,8 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
     statistic), and the estimator runs once on ``device`` (``_device_scope``).
     ``min_shape`` (groups, trajectories, turns): pad to at least this, e.g. turns = the
     environment's step limit, so that every call has the same shape and only the first
-    compiles. ``similarity``: a ``SimilarityConfig`` to merge nearly equal states. ``watch``: a
+    compiles. ``similarity``: a ``SimilarityConfig`` to merge nearly equal states. When every turn
+    gives its ``action``, the batch carries the action keys (``StepBatch.action_key``). ``watch``: a
     ``BucketWatch`` that records this call's buckets and compilations (overflows after warm-up).
 
     Returns ``A[g][k]`` (float32, one value per turn) and, per group, the diagnostics as
@@ -210,7 +213,7 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
     if len(outcomes) != len(groups):
         raise ValueError(f"credit_for_groups: {len(groups)} groups but {len(outcomes)} outcome lists; "
                          "give one per group.")
-    uid, traj, step, obs, reward, outcome = [], [], [], [], [], []
+    uid, traj, step, obs, reward, outcome, action = [], [], [], [], [], [], []
     live = []
     for g, (turns, outs) in enumerate(zip(groups, outcomes)):
         if len(outs) != len(turns):
@@ -230,6 +233,7 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
                     obs.append(t.state)
                     reward.append(float(t.reward))
                     outcome.append(int(outs[k]))
+                    action.append(t.action)
     result = [[np.zeros(len(tr), np.float32) for tr in turns] for turns in groups]
     info: list[dict] = [{} for _ in groups]
     if not uid:
@@ -248,7 +252,8 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
         batch, index = from_rows(np.asarray(uid), np.asarray([f"{g}/{k}" for g, k in traj], dtype=object),
                                  np.asarray(step), obs if keys is None else keys, np.asarray(reward, np.float32),
                                  np.asarray(outcome, np.int32), shape=shape, obs_tokens=tokens,
-                                 similarity=similarity)
+                                 similarity=similarity,
+                                 action=action if all(a is not None for a in action) else None)
         out = compute_advantages(estimator, batch, config)  # validates config (a dict or an instance)
         per_row = to_rows(np.asarray(out.advantage), index)
         diag = getattr(out, "diagnostics", None)

@@ -527,6 +527,9 @@ def test_an_episode_whose_first_reply_exhausts_the_token_budget_stays_in_its_gro
     items = _play([[("right", 2), ("right", 2)]] * 2 + [[("right", 50)]] * 2, budget=20)
     assert [len(it.traj["bepo_turns"]) for it in items] == [2, 2, 1, 1]
     assert [it.traj["bepo_ending"].kind for it in items] == ["env", "env", "context_limit", "context_limit"]
+    # each turn carries its parsed action's text (ECPO's action key); the cut turn has none ("")
+    assert all("right" in t.action for it in items[:2] for t in it.traj["bepo_turns"])
+    assert [t.action for it in items[2:] for t in it.traj["bepo_turns"]] == ["", ""]
     assert not ta.RoomsEnv.LOG[(7, 2)] and not ta.RoomsEnv.LOG[(7, 3)]  # the environment never stepped them
     _, learner, *_ = trained
     (credit,) = learner.step_credit(items, [[0, 1, 2, 3]])

@@ -58,6 +58,29 @@ def test_step_advantages_equal_the_reference_on_the_same_trajectories():
     assert not all(np.allclose(a, b) for a, b in zip(got, other))
 
 
+def test_turns_with_actions_give_ecpo_the_action_keys():
+    import dataclasses
+
+    import bepo_jax as bj
+    from bepo_jax.credit.builders import Trajectory, batch_from_trajectories
+
+    acts = [["Go East", "take"], ["go east", "go west", "go east"], ["look", "go east", "take"], ["go  EAST"]]
+    turns = [[t._replace(action=a) for t, a in zip(tr, ac)] for tr, ac in zip(corridor_turns(), acts)]
+    outcomes = [SUCCESS, TRUNCATED, SUCCESS, TRUNCATED]
+    got, _ = credit_for_groups([turns], [outcomes], "ecpo", buckets=False)
+    # the same trajectories built independently, their actions canonicalised and hashed by the builder
+    b = batch_from_trajectories([[Trajectory(st, rw, o, actions=ac) for (st, rw, _), o, ac in zip(PATHS, outcomes, acts)]])
+    want = np.asarray(bj.ecpo(b).advantage)[0]
+    for k, tr in enumerate(turns):
+        np.testing.assert_allclose(got[0][k], want[k, :len(tr)], atol=1e-5)
+    # without actions ECPO's action is the successor, which here differs from the texts' grouping
+    plain, _ = credit_for_groups([corridor_turns()], [outcomes], "ecpo", buckets=False)
+    nokey = np.asarray(bj.ecpo(dataclasses.replace(b, action_key=None)).advantage)[0]
+    for k, tr in enumerate(turns):
+        np.testing.assert_allclose(plain[0][k], nokey[k, :len(tr)], atol=1e-5)
+    assert not all(np.allclose(a, p) for a, p in zip(got[0], plain[0]))
+
+
 def test_a_trajectory_reward_lands_on_the_turn_asked_for():
     turns = corridor_turns()
     outcomes = [SUCCESS, TRUNCATED, SUCCESS, TRUNCATED]
