@@ -295,8 +295,10 @@ def test_no_penalty_is_a_zero_penalty(name, data):
     batch, _ = data
     assert np.all(np.asarray(batch.penalty) == 0)
     none = StepBatch(batch.obs_key, batch.reward, batch.mask, batch.outcome, None)
+    # 1e-5 of the scale: the None path compiles programs of its own, and float32 rounding differs between them;
+    # in the fixed-point estimators a few ulps per Jacobi sweep add up (found: 2.9e-6 at scale 2.8 for gated_bepo)
     assert_close(bj.compute_advantages(name, none).advantage, bj.compute_advantages(name, batch).advantage,
-                 rtol=1e-6, what=f"{name}: penalty=None against zeros")
+                 rtol=1e-5, what=f"{name}: penalty=None against zeros")
 
 
 def test_registry_errors_list_the_valid_values():
