@@ -203,7 +203,7 @@ for visible in (True, False):
         m = lab.enumerate_states(decisions(8, density, visible), 0)
         pi = np.full((m.num_states, 2), 0.25)
         pi[np.arange(m.num_states), np.asarray(m.depth) % 2] = 0.75  # the on-track action with probability 0.75
-        rep = credit_quality(m, pi, [spec("grpo"), spec("gigpo"), spec("proxmo"), spec("gated_bepo")],
+        rep = credit_quality(m, pi, [spec("grpo"), spec("gigpo"), spec("proxmo"), spec("ecpo"), spec("gated_bepo")],
                              LabConfig(group_size=8, num_groups=GROUPS, num_batches=BATCHES))
         for name, e in rep["estimators"].items():
             if name != "oracle":
@@ -213,7 +213,7 @@ display(Markdown("| branching | density | estimator | partial corr. given return
                  + "\n".join(f"| {b} | {d:g} | {n} | {p:.3f} | {c:.2f} |" for b, d, n, p, c in rows)))
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
 for ax, branching in zip(axes, ("visible", "hidden")):
-    for name in ("grpo", "gigpo", "proxmo", "gated_bepo"):
+    for name in ("grpo", "gigpo", "proxmo", "ecpo", "gated_bepo"):
         pts = [(d, p) for b, d, n, p, _ in rows if b == branching and n == name]
         ax.plot([d for d, _ in pts], [p for _, p in pts], marker="o", label=name)
     ax.set_title(f"{branching}: partial correlation given the return"); ax.set_xlabel("decision density")
