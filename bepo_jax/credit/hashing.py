@@ -204,7 +204,7 @@ def action_id_keys(ids: Array) -> UInt32[Array, "*batch 2"]:
 def action_keys(actions: Any) -> np.ndarray:
     """Host keys of a batch of actions, uint32 [*batch, 2], for ``StepBatch.action_key``.
 
-    An integer array: action ids (``action_id_keys``). Otherwise a nested list (or object array) of
+    Integers (an array or nested lists): action ids (``action_id_keys``). Otherwise a nested list (or object array) of
     action texts: each is put in canonical form (``canonical_action``) and digested as an observation
     is (``hash_observation``), so "Go North" and "go  north" share a key and "go south" does not.
 
@@ -221,6 +221,13 @@ def action_keys(actions: Any) -> np.ndarray:
         if arr.dtype != object:
             raise ValueError(f"action_keys: a {arr.dtype} array; pass integer action ids or action texts.")
         return hash_observations(np.vectorize(canonical_action, otypes=[object])(arr))
+
+    try:  # a nested list of integers: action ids, as an integer array of them
+        ids = np.asarray(actions)
+    except ValueError:  # ragged: hash_observations names the problem below
+        ids = None
+    if ids is not None and ids.size and np.issubdtype(ids.dtype, np.integer):
+        return np.asarray(action_id_keys(ids))
 
     def canon(x):
         return [canon(y) for y in x] if isinstance(x, (list, tuple)) else canonical_action(x)

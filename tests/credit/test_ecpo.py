@@ -128,3 +128,12 @@ def test_builders_and_rows_record_canonical_actions():
         batch_from_trajectories([[Trajectory(["a"], [0], SUCCESS, actions=["x"]), Trajectory(["a"], [0], FAILURE)]])
     with pytest.raises(ValueError, match="actions"):
         Trajectory(["a", "b"], [0, 0], FAILURE, actions=["x"])
+
+
+def test_action_ids_get_one_key_whatever_container_holds_them():
+    want = np.asarray(bj.action_keys(np.array([[3, -1, 3]], np.int32)))
+    np.testing.assert_array_equal(bj.action_keys([[3, -1, 3]]), want)
+    b = batch_from_trajectories([[Trajectory(["a", "b"], [0, 1], SUCCESS, actions=[3, -1]),
+                                  Trajectory(["a"], [0], FAILURE, actions=[3])]])
+    np.testing.assert_array_equal(np.asarray(b.action_key)[0, 0, :2], want[0, :2])
+    assert (want[0, 0] == want[0, 2]).all() and not (want[0, 0] == want[0, 1]).all()
