@@ -53,17 +53,19 @@ def machine() -> dict:
 
 
 def git_commit() -> str:
-    """The repository's commit (short), "+changes" when tracked files differ from it; "unknown"
-    outside a git checkout. Runs that take hours log it at every start."""
+    """The repository's commit (short), "+changes" when tracked files outside ``experiments/results/``
+    differ from it (the results and logs the experiments write themselves change no computation);
+    "unknown" outside a git checkout. Runs that take hours log it at every start."""
     import subprocess
 
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    dirty = [line for line in status if not line[3:].strip('"').startswith("experiments/results/")]
     return head + ("+changes" if dirty else "")
 
 

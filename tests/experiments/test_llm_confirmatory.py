@@ -74,3 +74,25 @@ def test_run_starts_one_process_per_pending_run_and_stops_on_a_failure(tmp_path,
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 137))
     with pytest.raises(SystemExit, match="exit 137"):
         lc.run_each_in_a_process(tmp_path)
+
+
+def test_the_logged_commit_ignores_the_experiments_own_results(tmp_path, monkeypatch):
+    import subprocess
+
+    from experiments import common
+
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=tmp_path,
+                                    check=True, capture_output=True)
+    git("init", "-q")
+    (tmp_path / "experiments" / "results").mkdir(parents=True)
+    (tmp_path / "experiments" / "results" / "log.jsonl").write_text("{}\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    monkeypatch.setattr(common, "ROOT", tmp_path)
+    head = common.git_commit()
+    assert "+" not in head
+    (tmp_path / "experiments" / "results" / "log.jsonl").write_text("{}\n{}\n")  # a run appended to its log
+    assert common.git_commit() == head
+    (tmp_path / "code.py").write_text("x = 2\n")  # code changed: the runs must say so
+    assert common.git_commit() == head + "+changes"
