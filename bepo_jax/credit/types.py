@@ -104,6 +104,16 @@ def _check_real(name: str, x) -> None:
         )
 
 
+def _check_key(name: str, x: Any, bkt: tuple[int, int, int], fix: str):
+    """A 64-bit key field (``obs_key``, ``action_key``): uint32 [B, K, T, 2], else a ValueError naming
+    the field and ``fix``."""
+    x = _as_array(name, x)
+    _check_shape(name, x, bkt + (2,), "[B, K, T, 2]: a 64-bit key as two uint32 words")
+    if np.dtype(x.dtype) != np.uint32:
+        raise ValueError(f"StepBatch.{name} has dtype {np.dtype(x.dtype)}; it must be uint32 [B, K, T, 2]. {fix}")
+    return x
+
+
 def check_batch(batch: StepBatch, *, values: bool = True) -> StepBatch:
     """Validate ``batch`` and return it with canonical dtypes.
 
@@ -131,14 +141,9 @@ def check_batch(batch: StepBatch, *, values: bool = True) -> StepBatch:
     if min(B, K, T) < 1:
         raise ValueError(f"StepBatch.mask has an empty axis {tuple(mask.shape)}; B, K and T must all be >= 1.")
 
-    obs_key = _as_array("obs_key", batch.obs_key)
-    _check_shape("obs_key", obs_key, (B, K, T, 2), "[B, K, T, 2]: a 64-bit key as two uint32 words")
-    if np.dtype(obs_key.dtype) != np.uint32:
-        raise ValueError(
-            f"StepBatch.obs_key has dtype {np.dtype(obs_key.dtype)}; it must be uint32 [B, K, T, 2]. "
-            "Use bepo_jax.hash_observations(obs) for raw observations, hash_tokens(tokens, mask) "
-            "for token arrays, or split_key64(keys_uint64)."
-        )
+    obs_key = _check_key("obs_key", batch.obs_key, (B, K, T),
+                         "Use bepo_jax.hash_observations(obs) for raw observations, hash_tokens(tokens, mask) "
+                         "for token arrays, or split_key64(keys_uint64).")
     reward = _as_array("reward", batch.reward)
     _check_shape("reward", reward, (B, K, T), "[B, K, T]")
     _check_real("reward", reward)
@@ -157,12 +162,8 @@ def check_batch(batch: StepBatch, *, values: bool = True) -> StepBatch:
 
     action_key = batch.action_key
     if action_key is not None:
-        action_key = _as_array("action_key", action_key)
-        _check_shape("action_key", action_key, (B, K, T, 2), "[B, K, T, 2]: a 64-bit key as two uint32 words")
-        if np.dtype(action_key.dtype) != np.uint32:
-            raise ValueError(
-                f"StepBatch.action_key has dtype {np.dtype(action_key.dtype)}; it must be uint32 [B, K, T, 2]. "
-                "Use bepo_jax.action_keys(actions) for action texts or ids.")
+        action_key = _check_key("action_key", action_key, (B, K, T),
+                                "Use bepo_jax.action_keys(actions) for action texts or ids.")
 
     if values and not any(_is_tracer(x) for x in (mask, reward, outcome, penalty)):
         _check_values(np.asarray(mask), np.asarray(reward), np.asarray(outcome),

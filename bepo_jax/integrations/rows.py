@@ -188,9 +188,6 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
             raise ValueError(f"from_rows: obs_tokens must be integer tokens [R, W]; got {obs_tokens.dtype} "
                              f"{obs_tokens.shape}.")
     keys = _column("obs_key", _keys_of(obs_key, n), n)
-    act = None
-    if action is not None:
-        act = _column("action", action_keys(action if isinstance(action, np.ndarray) else list(action)), n)
     if keys.shape != (n, 2):
         raise ValueError(f"from_rows: obs_key must be uint32 [R, 2] or one raw observation per row; got {keys.shape}.")
 
@@ -247,9 +244,9 @@ def from_rows(uid, traj_uid, step, obs_key, reward, outcome, penalty=None, *,
         pen[b, k, t] = penalty
     mask = np.arange(T)[None, None, :] < lengths[..., None]
     act_key = None
-    if act is not None:
+    if action is not None:
         act_key = np.zeros((B, K, T, 2), np.uint32)
-        act_key[b, k, t] = act
+        act_key[b, k, t] = _column("action", action_keys(action if isinstance(action, np.ndarray) else list(action)), n)
     batch = StepBatch(obs_key=obs, reward=rew, mask=mask, outcome=out_bk.astype(np.int32),
                       penalty=pen if penalty is not None else None, action_key=act_key)
     tokens = None
