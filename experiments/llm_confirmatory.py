@@ -20,6 +20,7 @@ import numpy as np
 
 from bepo_jax.agent.train import RunConfig, read_metrics, train
 from bepo_jax.agent.train.recipes import recipe
+from bepo_jax.agent.train.report import mean_ci, trailing_mean
 from bepo_jax.agent.train.rundir import is_finished_run_of
 
 from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines
@@ -97,6 +98,7 @@ def _final(d: Path) -> Optional[dict]:
     mean = lambda k: float(np.mean([r[k] for r in its if k in r])) if its else float("nan")
     return {"initial": evals[0]["eval/success_rate"], "final": evals[-1]["eval/success_rate"],
             "per_game": evals[-1]["eval/per_task"], "train_success": [r["success_rate"] for r in its],
+            "invalid_curve": [r.get("invalid_rate", float("nan")) for r in its],
             "invalid_rate": mean("invalid_rate"), "gated_share": mean("graph/gated_share"),
             "seconds": float(sum(r.get("step_time", 0.0) for r in its))}
 
@@ -126,11 +128,68 @@ def report(out: Path = OUT) -> dict:
                                 "gated_share": [runs[a][s]["gated_share"] for s in complete],
                                 "hours": sum(r["seconds"] for r in runs[a].values() if r) / 3600} for a in ARMS},
            "curves": {a: [runs[a][s]["train_success"] for s in complete] for a in ARMS},
+           "invalid_curves": {a: [runs[a][s]["invalid_curve"] for s in complete] for a in ARMS},
            "events": _events(RESULTS_DIR),
+           "wall": wall_hours(_events(RESULTS_DIR)),
            "machine": machine()}
     write_json(RESULTS_DIR / "summary.json", res)
     write_lines(RESULTS_DIR / "report.md", _markdown(res))
+    if complete:
+        plot(res, RESULTS_DIR / "curves.png")
     return res
+
+
+def wall_hours(events: list[dict]) -> dict:
+    """Wall-clock hours of the runs from the log: a segment is a logged start and the next logged event;
+    it counts as ``finished`` when that event is the same run's finish, else as ``stopped`` (a session
+    stop ended it: its end is not logged, and the time to the next event includes the pause between
+    sessions, so only the number of such segments is reported)."""
+    from datetime import datetime
+
+    at = lambda e: datetime.strptime(e["time"], "%Y-%m-%d %H:%M:%S")
+    acts = [e for e in events if e["event"] in ("start", "finish")]
+    finished, stopped = 0.0, 0
+    for e, nxt in zip(acts, acts[1:] + [None]):
+        if e["event"] != "start":
+            continue
+        if nxt is not None and nxt["event"] == "finish" and (nxt["arm"], nxt["seed"]) == (e["arm"], e["seed"]):
+            finished += (at(nxt) - at(e)).total_seconds() / 3600
+        elif nxt is not None:
+            stopped += 1
+    return {"finished_segments_hours": finished, "stopped_segments": stopped}
+
+
+def plot(res: dict, path: Path, window: int = 5) -> None:
+    """Training success and invalid-command rate per iteration (trailing mean over ``window``
+    iterations; mean over the complete seeds with its 95% t band over seeds), and held-out success
+    before and after per seed (thin lines) and its mean over seeds (thick)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(13, 3.8))
+    axes = fig.subplots(1, 3)
+    for i, arm in enumerate(res["arms"]):
+        color = f"C{i}"
+        for ax, key in zip(axes[:2], ("curves", "invalid_curves")):
+            c = np.array([trailing_mean(x, window) for x in res[key][arm]])
+            ci = np.array([mean_ci(c[:, j]) for j in range(c.shape[1])])
+            x = np.arange(1, c.shape[1] + 1)
+            ax.plot(x, ci[:, 0], color=color, label=arm)
+            ax.fill_between(x, ci[:, 0] - np.nan_to_num(ci[:, 1]), ci[:, 0] + np.nan_to_num(ci[:, 1]), color=color,
+                            alpha=0.12)
+        s = res["arms_summary"][arm]
+        for before, after in zip(s["initial"], s["final"]):
+            axes[2].plot([i - 0.15, i + 0.15], [before, after], color=color, alpha=0.35, lw=0.8)
+        axes[2].plot([i - 0.15, i + 0.15], [np.mean(s["initial"]), np.mean(s["final"])], color=color, lw=2.5,
+                     marker="o")
+    axes[0].set(xlabel="iteration", ylabel=f"training success (trailing mean of {window})")
+    axes[1].set(xlabel="iteration", ylabel=f"invalid-command rate (trailing mean of {window})")
+    axes[2].set_xticks(range(len(res["arms"])), [f"{a}\nbefore -> after" for a in res["arms"]], fontsize=7)
+    axes[2].set_ylabel("held-out success, 96 episodes")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"LLM confirmatory test: {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete; "
+                 "bands: 95% t over seeds", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def _markdown(res: dict) -> list[str]:
@@ -150,11 +209,20 @@ def _markdown(res: dict) -> list[str]:
         lines.append(f"| {label} | {diff} | {p} | {holm_p} | {dec} | {paper} | {c['against_paper'] or ''} | "
                      f"{c['toy_policy'] or ''} |")
     lines += ["", "| arm | held-out success after (mean over seeds) | before | invalid-command rate | gated share | "
-              "hours |", "|---|---|---|---|---|---|"]
+              "iteration hours (sum of step times, evaluations excluded) |", "|---|---|---|---|---|---|"]
     for a, s in res["arms_summary"].items():
         f = lambda xs: f"{np.mean(xs):.3f}" if xs else "-"
         lines.append(f"| {a} | {f(s['final'])} | {f(s['initial'])} | {f(s['invalid_rate'])} | {f(s['gated_share'])} | "
                      f"{s['hours']:.1f} |")
+    w = res["wall"]
+    lines += ["", f"Wall time of the run segments that ran to their finish: {w['finished_segments_hours']:.1f} h; "
+              f"{w['stopped_segments']} segments ended by a session stop (each resumed from its newest checkpoint).",
+              "", "## Every logged start, finish and note", ""]
+    lines += [f"- {e['time']}: {e['event']}" + (f" {e['arm']} s{e['seed']}" if "arm" in e else "")
+              + (f" (commit {e['commit']}" + (f", resumed after iteration {e['resume_after']}"
+                                              if e.get("resume_after") is not None else "") + ")"
+                 if e.get("commit") else "") + (f": {e['text']}" if e.get("text") else "")
+              for e in res["events"]] or ["- none yet"]
     return lines
 
 

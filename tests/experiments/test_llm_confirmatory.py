@@ -41,6 +41,19 @@ def test_the_report_pairs_seeds_and_decides_only_when_complete(tmp_path, monkeyp
     g = res["contrasts"]["gated_bepo - grpo"]
     assert g["holm"]["decision"] == "confirmed" and "holm" not in res["contrasts"]["gigpo - grpo"]
     assert "**confirmed**" in (tmp_path / "results" / "report.md").read_text()
+    assert (tmp_path / "results" / "curves.png").stat().st_size > 10_000
+    np.testing.assert_allclose(res["invalid_curves"]["grpo"], 0.2)
+
+
+def test_wall_hours_count_finished_segments_and_name_the_stopped_ones():
+    ev = [{"time": "2026-12-04 10:00:00", "event": "start", "arm": "grpo", "seed": 300},
+          {"time": "2026-12-04 10:30:00", "event": "note", "text": "a note is not an end"},
+          {"time": "2026-12-04 11:00:00", "event": "finish", "arm": "grpo", "seed": 300},  # 1 h
+          {"time": "2026-12-04 11:00:00", "event": "start", "arm": "gigpo", "seed": 300},  # stopped
+          {"time": "2026-12-04 20:00:00", "event": "start", "arm": "gigpo", "seed": 300},
+          {"time": "2026-12-04 20:45:00", "event": "finish", "arm": "gigpo", "seed": 300},  # 0.75 h
+          {"time": "2026-12-04 20:45:00", "event": "start", "arm": "gated_bepo", "seed": 300}]  # running
+    assert lc.wall_hours(ev) == {"finished_segments_hours": 1.75, "stopped_segments": 1}
 
 
 def test_every_run_is_the_recipe_with_the_protocols_overrides():
