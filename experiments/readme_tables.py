@@ -644,6 +644,18 @@ def warm_start() -> str:
                               "The regime per iteration (mean ± 95% t over seeds):", "", *regime_lines(regime)])
 
 
+def rivals_recipe() -> str:
+    """``claims.py --experiment rivals_recipe``: the arms (finished ones; pending ones listed) and the
+    contrasts whose arms have all finished (claims.py's third table), with the chance line."""
+    if not (RESULTS / "rivals_recipe.json").exists():
+        return "No arm has finished yet (`experiments/results/rivals_recipe.json` does not exist)."
+    from experiments.claims import contrast_lines
+
+    d = _load("rivals_recipe.json")
+    return "\n".join([_arms("rivals_recipe"), *contrast_lines(d["contrasts"], d["pending_contrasts"]), "",
+                      chance_line(2 * len(d["contrasts"]))])
+
+
 TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": compare_sokoban,
           "env_loop": env_loop, "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
@@ -655,7 +667,7 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "e2_rescore": lambda: _rescore("e2_rescore"), "e2_claims_rescore": lambda: _rescore("e2_claims_rescore"),
           "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore"), "headline": headline,
           "warm_start": warm_start, "confirmatory": confirmatory_primary, "llm_job": llm_job,
-          "llm_run": llm_run, "llm_profile": llm_profile}
+          "llm_run": llm_run, "llm_profile": llm_profile, "rivals_recipe": rivals_recipe}
 
 
 def render(text: str) -> str:

@@ -181,7 +181,8 @@ class ChatRollout:
 
     ``graphdef`` / ``frozen``: the split of the model a ``Trainer`` made (its ``graphdef`` and
     ``rest``), so ``params`` are the trained parameters only. After a call, ``episodes``
-    holds every episode's turns (observation, commands, reply, action, reward) and
+    holds every episode's turns (observation, commands, reply, action, reward), ``state_texts``
+    [B, K, T] the text each state key was hashed from ("" past an episode's end) and
     ``timing`` the seconds spent decoding and stepping environments; ``compiles`` counts the
     sampling programs traced so far."""
 
@@ -328,6 +329,7 @@ class ChatRollout:
             if done.all():
                 break
         self.episodes, self.timing = episodes, {"decode_s": decode_s, "env_s": env_s}
+        self.state_texts = raw.reshape(B, K, T)  # what each state key was hashed from (ProxMO's TF-IDF reads it)
         return self._assemble(turns, raw, reward, penalty, valid, action_out, action_text, success, ended, B, K)
 
     def _assemble(self, turns, raw, reward, penalty, valid, action_out, action_text, success, ended, B, K) -> Rollout:

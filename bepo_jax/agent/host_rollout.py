@@ -39,7 +39,9 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
 
     ``make_env()`` builds one ``HostEnv``; B x K of them are made on the first call and
     reused. Shapes: observations ``obs_len`` tokens, commands ``word_width`` tokens (at most
-    ``max_commands`` per state), the task ``task_len`` tokens, ``max_steps`` steps.
+    ``max_commands`` per state), the task ``task_len`` tokens, ``max_steps`` steps. After a call,
+    ``rollout.state_texts`` [B, K, T] holds the text each state key was hashed from ("" past an
+    episode's end: ProxMO's TF-IDF reads it).
     """
     _check_response_fits(config, word_width)
     graphdef, _, rest = nnx.split(model, nnx.Param, ...)
@@ -135,6 +137,7 @@ def make_host_rollout(model: nnx.Module, make_env: Callable[[], Any], config: Ro
                     resps.append(np.zeros_like(resp)), logps.append(np.zeros_like(logp))
                 break
         keys = hash_observations(raw.reshape(-1).tolist()).reshape(N, T, 2)
+        rollout.state_texts = raw.reshape(B, K, T)
         stack = lambda xs: np.stack(xs, axis=1)
         shape = lambda x: jnp.asarray(x.reshape((B, K) + x.shape[1:]))
         return finish_rollout(shape(keys), shape(reward), shape(penalty), shape(valid), shape(stack(seqs)),

@@ -1,6 +1,7 @@
 """The environment interface: Jumanji Maze (adapter), TextWorld (host), the host loop vs the jitted loop."""
 
 import collections
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -192,3 +193,31 @@ def test_host_loop_equals_jitted_loop_for_a_fixed_policy(constrained):
         same_a = np.array([[x == y for y in ia] for x in ia])
         same_b = np.array([[x == y for y in ib] for x in ib])
         np.testing.assert_array_equal(same_a, same_b)
+
+
+@pytest.mark.slow  # TextWorld games are generated (tens of seconds): make test skips it, CI=1 runs it
+def test_proxmo_in_the_host_loop_reads_the_texts_the_state_keys_were_hashed_from(tmp_path):
+    """The character policy's TextWorld loop keeps each state's text (``rollout.state_texts``): its hash is
+    the record's state key, and ProxMO's kernel inputs are that text's TF-IDF (``Setup.credit_inputs``:
+    with random returns on the rollout's records, the row loop from the authors' code over the same texts
+    gives the same advantages); one iteration runs."""
+    from bepo_jax.credit.hashing import hash_observations
+    from bepo_jax.credit.reference import ref_proxmo
+
+    setup = Setup(_tiny("textworld", estimator="proxmo", constrained=False), cache_dir=tmp_path / "games")
+    state = setup.trainer.init_state()
+    ro = setup.rollout(state.params, setup.train_tasks[:2], jax.random.key(0))
+    texts, mask = setup.rollout.state_texts, np.asarray(ro.batch.mask)
+    keys = hash_observations([str(x) for x in texts[mask]])
+    np.testing.assert_array_equal(np.asarray(ro.batch.obs_key)[mask], np.asarray(keys))
+    assert all(str(x) == "" for x in texts[~mask])
+    rng = np.random.default_rng(0)  # random returns on the rollout's records: the kernel's grouping decides
+    b = dataclasses.replace(ro.batch, reward=np.where(mask, rng.normal(size=mask.shape), 0.0).astype(np.float32))
+    lists = [[[str(x) for x in texts[g, k][mask[g, k]]] for k in range(mask.shape[1])] for g in range(mask.shape[0])]
+    want = ref_proxmo(tuple(np.asarray(x) for x in (b.obs_key, b.reward, b.mask, b.outcome, b.penalty_or_zeros())),
+                      lists)
+    assert np.abs(want).max() > 0.01
+    np.testing.assert_allclose(np.asarray(setup.advantages(b, setup.credit_inputs(ro)).advantage), want, rtol=3e-4,
+                               atol=1e-5)
+    _, m = setup.iterate(state, 1)
+    assert all(np.isfinite(v) for v in m.values())

@@ -3,6 +3,7 @@ resume equal to the uninterrupted run, evaluation of its checkpoint, and the con
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from bepo_jax.agent.train import RunConfig, read_metrics
@@ -124,3 +126,35 @@ def test_the_kl_reference_is_the_initial_policy(tiny_chat_dir, trained):
     assert abs(m["kl_ref"]) < 1e-6 and abs(m["approx_kl"]) < 1e-6 and m["clip_frac"] == 0.0
     state, m = setup.iterate(state, 2)  # after an update at learning rate 3e-3 the policy has moved
     assert m["kl_ref"] > 0.0
+
+
+def test_proxmo_in_the_llm_loop_groups_the_states_by_their_texts(tiny_chat_dir):
+    """ProxMO's soft grouping in the pretrained-model loop reads the TF-IDF vectors of the states' texts
+    (``Setup.credit_inputs``), as its authors' code does: on the states of a rollout (constrained
+    moves, so the grids change), with random rewards on its records, the advantages equal the row loop
+    written from that code (its own TF-IDF) over the observations the episodes recorded; the jitted
+    update runs with them."""
+    import jax
+
+    from bepo_jax.agent.train.llm_setup import LLMSetup
+    from bepo_jax.credit.reference import ref_proxmo
+
+    cfg = RunConfig(env="sokoban", model=str(tiny_chat_dir), estimator="proxmo", groups=2, group_size=2, max_steps=3,
+                    task_pool=3, eval_tasks=1, constrained=True, max_reply=8, train_layers=1)
+    setup = LLMSetup(cfg)
+    state, m = setup.iterate(setup.init_state(), 1)
+    assert all(np.isfinite(v) for v in m.values())
+    ro = setup.rollout(state.params, [setup.train_tasks[i] for i in (0, 1)], jax.random.key(3))
+    credit = setup.credit_inputs(ro)
+    assert len(credit) == 2 and bool(credit[1])
+    K = cfg.group_size
+    texts = [[[turn["observation"] for turn in setup.rollout.episodes[b * K + k]] for k in range(K)] for b in range(2)]
+    mask = np.asarray(ro.batch.mask)
+    rng = np.random.default_rng(0)
+    batch = dataclasses.replace(ro.batch, reward=np.where(mask, rng.normal(size=mask.shape), 0.0).astype(np.float32),
+                              penalty=np.where(mask & (rng.random(mask.shape) < 0.3), -0.1, 0.0).astype(np.float32))
+    want = ref_proxmo(tuple(np.asarray(x) for x in (batch.obs_key, batch.reward, batch.mask, batch.outcome,
+                                                     batch.penalty_or_zeros())), texts)
+    np.testing.assert_allclose(np.asarray(setup.advantages(batch, credit).advantage), want, rtol=3e-4, atol=1e-5)
+    # the texts matter: different grids share words (their rows), so hashed observations alone give other credit
+    assert np.abs(np.asarray(setup.advantages(batch).advantage) - want).max() > 1e-3

@@ -33,7 +33,7 @@ def test_proxmo_matches_the_official_code_row_by_row(mode, data, gamma, psc, w):
 WORDS = ("kitchen", "hall", "key", "door", "red", "box", "table", "you", "see")
 
 
-def _texts_batch(rng, groups=3, k=4, t_max=5, vocab=6, reward=10.0):
+def _texts_batch(rng, groups=3, k=4, t_max=5, vocab=6, reward=10.0, num_steps=None):
     """Random groups whose observations are short sentences from a few words (so their TF-IDF vectors
     overlap partly), with success paying ``reward`` and a quarter of the actions invalid at 0.1."""
     batch_groups, texts = [], []
@@ -49,7 +49,7 @@ def _texts_batch(rng, groups=3, k=4, t_max=5, vocab=6, reward=10.0):
             gtexts.append(obs)
         batch_groups.append(trajs)
         texts.append(gtexts)
-    return batch_from_trajectories(batch_groups), texts
+    return batch_from_trajectories(batch_groups, num_steps=num_steps), texts
 
 
 def _np(batch):
@@ -118,6 +118,52 @@ def test_texts_without_a_word_give_no_step_credit():
     out = bj.proxmo(batch, texts=texts)
     np.testing.assert_array_equal(np.asarray(out.a_step), 0.0)
     np.testing.assert_allclose(out.advantage, out.a_episode)
+
+
+def _as_array(texts, mask):
+    """texts[b][k][t] (valid steps) as the [B, K, T] array a rollout records ("" past a trajectory's end)."""
+    out = np.full(mask.shape, "", object)
+    for b, g in enumerate(texts):
+        for k, tr in enumerate(g):
+            out[b, k, : len(tr)] = tr
+    return out
+
+
+def test_text_inputs_from_a_rollouts_state_texts_match_the_loop_and_compile_once():
+    """``text_inputs`` (what the training loops pass the kernel): the loop with its own TF-IDF on every
+    batch, and one compiled program for batches whose vocabularies differ in size (padded to 1,024
+    words), including a batch with no word at all (no step credit)."""
+    import jax
+
+    from bepo_jax.credit.estimators.proxmo import proxmo_kernel, text_inputs
+
+    traces = []
+
+    @jax.jit
+    def kernel(batch, features, vocabulary):
+        traces.append(1)
+        return proxmo_kernel(batch, ProxMOConfig(), features, vocabulary)
+
+    rng = np.random.default_rng(5)
+    for vocab in (3, 9):
+        batch, texts = _texts_batch(rng, groups=2, k=3, t_max=4, vocab=vocab, num_steps=4)
+        mask = np.asarray(batch.mask)
+        features, vocabulary = text_inputs(_as_array(texts, mask), mask, ProxMOConfig())
+        assert features.shape == mask.shape + (1024,) and bool(vocabulary)
+        assert_close(kernel(batch, features, vocabulary).advantage, ref_proxmo(_np(batch), texts),
+                     what=f"text_inputs, {vocab} words", rtol=3e-4)
+    wordless = batch_from_trajectories([[Trajectory(["a"] * 4, [0.0, 0.0, 0.0, 10.0], SUCCESS),
+                                         Trajectory(["b"] * 2, [0.0, 0.0], FAILURE),
+                                         Trajectory(["a"] * 3, [0.0, 0.0, 10.0], SUCCESS)]] * 2)  # same B, K, T
+    mask = np.asarray(wordless.mask)
+    features, vocabulary = text_inputs(np.where(mask, "a", ""), mask, ProxMOConfig())
+    assert not bool(vocabulary)
+    np.testing.assert_array_equal(np.asarray(kernel(wordless, features, vocabulary).a_step), 0.0)
+    assert len(traces) == 1
+    gap = mask.copy()
+    gap[0, 0, 0] = False  # a record after an invalid one
+    with pytest.raises(ValueError, match="prefix"):
+        text_inputs(np.full(mask.shape, "hall", object), gap, ProxMOConfig())
 
 
 def test_config_and_texts_are_checked():

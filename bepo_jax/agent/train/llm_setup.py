@@ -144,13 +144,13 @@ class LLMSetup(Setup):
         logp, _ = self.trainer_for(L).logprobs(model, flat(ro.tokens), flat(ro.mask), hidden)
         return jax.lax.stop_gradient(jnp.where(flat(ro.response_mask), logp, 0.0)).reshape(ro.tokens.shape)
 
-    def _learn(self, state: TrainState, ro: Rollout, frozen=None):
+    def _learn(self, state: TrainState, ro: Rollout, frozen=None, credit: tuple = ()):
         frozen = frozen or self.frozen_inputs()
         ref = self.reference_logp(ro, frozen) if self._reference is not None else None
         batch = ro.batch
         if self.cfg.similarity > 0:  # similar state texts merged into one state (credit.similarity)
             batch = merge_similar(batch, ro.obs_tokens, SimilarityConfig(threshold=self.cfg.similarity))
-        return self.learn_from(state, ro, self.advantages(batch), trainer=self.trainer_for(ro.tokens.shape[-1]),
+        return self.learn_from(state, ro, self.advantages(batch, credit), trainer=self.trainer_for(ro.tokens.shape[-1]),
                                ref_logp=ref, rest=frozen["rest"])
 
     def iterate(self, state: TrainState, it: int):

@@ -124,9 +124,22 @@ class Setup:
         return load_initial_params(self.cfg, self.trainer, state) if self.cfg.init_from else state
 
     # -- one iteration ------------------------------------------------------------------
-    def advantages(self, batch):
-        """The estimator's output on a StepBatch (per group: any number of groups)."""
-        return self.estimator.kernel(batch, self.est_cfg)
+    def advantages(self, batch, credit: tuple = ()):
+        """The estimator's output on a StepBatch (per group: any number of groups); ``credit``: the
+        kernel's further inputs (``credit_inputs``)."""
+        return self.estimator.kernel(batch, self.est_cfg, *credit)
+
+    def credit_inputs(self, ro: Rollout) -> tuple:
+        """What the estimator's kernel reads beyond the StepBatch, made on the host from the iteration's
+        rollout: ProxMO's soft grouping (``mode="soft"``) reads the TF-IDF vectors of the states' texts
+        (``proxmo.text_inputs`` over the host rollout's ``state_texts``), as its authors' code does. Every
+        other estimator, and the jitted rollouts (no texts: each distinct observation is a word of its own),
+        read nothing more."""
+        from ...credit.estimators.proxmo import ProxMOConfig, text_inputs
+
+        if not (self.host and isinstance(self.est_cfg, ProxMOConfig) and self.est_cfg.mode == "soft"):
+            return ()
+        return text_inputs(self.rollout.state_texts, np.asarray(ro.batch.mask), self.est_cfg)
 
     def frozen_inputs(self):
         """The arrays the update reads but does not train, passed to the jitted update as an argument
@@ -134,10 +147,10 @@ class Setup:
         policy trains every parameter)."""
         return None
 
-    def _learn(self, state: TrainState, ro: Rollout, frozen=None):
+    def _learn(self, state: TrainState, ro: Rollout, frozen=None, credit: tuple = ()):
         """Advantages of the rollout, the update, and the iteration's metrics (traceable);
-        ``frozen``: what ``frozen_inputs`` returned."""
-        return self.learn_from(state, ro, self.advantages(ro.batch))
+        ``frozen``: what ``frozen_inputs`` returned; ``credit``: what ``credit_inputs`` returned."""
+        return self.learn_from(state, ro, self.advantages(ro.batch, credit))
 
     def learn_from(self, state: TrainState, ro: Rollout, out, *, trainer: Optional[Trainer] = None, ref_logp=None,
                    rest=None):
@@ -219,7 +232,7 @@ class Setup:
             ro = self.rollout(state.params, [self.train_tasks[i] for i in idx], k_roll)
             if self._update is None:
                 self._update = jax.jit(self._learn, donate_argnums=(0,))
-            state, m = self._update(state, ro, self.frozen_inputs())
+            state, m = self._update(state, ro, self.frozen_inputs(), self.credit_inputs(ro))
         return state, {k: float(v) for k, v in jax.device_get(m).items()}
 
     def held_out_tasks(self, n: int):

@@ -128,9 +128,7 @@ def _group(obs_key, reward, mask, outcome, penalty, features, config: ProxMOConf
                              eps=config.eps) * weight
     g = jnp.where(mask, discounted_returns(reward, mask, config.gamma) + pen, 0.0)
     valid = mask.reshape(n)
-    if not vocabulary:
-        baseline = g
-    elif config.mode == "soft":
+    if config.mode == "soft":
         if features is None:  # each distinct observation one word of its own (module docstring)
             k = obs_key.reshape(n, -1)
             sim = jnp.all(k[:, None, :] == k[None, :, :], axis=-1).astype(jnp.float32)
@@ -142,6 +140,7 @@ def _group(obs_key, reward, mask, outcome, penalty, features, config: ProxMOConf
     else:
         ids, _ = state_ids(history_keys(obs_key, 0), mask)
         baseline = g - step_group_advantage(g, ids, mask, norm=config.mode, std="unbiased", eps=config.eps)
+    baseline = jnp.where(vocabulary, baseline, g)  # no word in the batch's texts: no step credit (the code's fallback)
     a_step = jnp.where(mask, g - baseline, 0.0)
     adv = jnp.where(mask, a_ep + config.w * a_step, 0.0)
     return ProxMOOutput(advantage=adv, a_episode=a_ep, a_step=a_step, psc_weight=weight,
@@ -150,16 +149,17 @@ def _group(obs_key, reward, mask, outcome, penalty, features, config: ProxMOConf
 
 @with_sanitized_input
 def proxmo_kernel(batch: StepBatch, config: ProxMOConfig, features: Optional[Float[Array, "B K T F"]] = None,
-                  vocabulary: bool = True) -> ProxMOOutput:
+                  vocabulary: bool | Bool[Array, ""] = True) -> ProxMOOutput:
     """The jittable ProxMO kernel (no host checks; invalid groups are dropped and flagged). ``features``:
     the rows' TF-IDF vectors (``tfidf_features``), or None for the hashed observations as words;
-    ``vocabulary`` (static): False when the batch's texts held no word (the step term is then 0)."""
+    ``vocabulary`` (a bool, traced or not): False when the batch's texts held no word (the step term is
+    then 0). ``text_inputs`` makes both from a rollout's state texts."""
     fn = lambda o, r, m, c, p, f: _group(o, r, m, c, p, f, config, vocabulary)  # f None: an empty pytree per group
     return stop_gradient(jax.vmap(fn)(batch.obs_key, batch.reward, batch.mask, batch.outcome,
                                       batch.penalty_or_zeros(), features))
 
 
-_proxmo_jit = jax.jit(proxmo_kernel, static_argnames=("vocabulary",))
+_proxmo_jit = jax.jit(proxmo_kernel)
 
 
 def tfidf_features(texts: Sequence[Sequence[Sequence[str]]], shape: tuple[int, int, int], *, max_features: int = 1024
@@ -189,6 +189,27 @@ def tfidf_features(texts: Sequence[Sequence[Sequence[str]]], shape: tuple[int, i
     for (b, k, t), row in zip(where, x):
         out[b, k, t] = row
     return out
+
+
+def text_inputs(texts: np.ndarray, mask: np.ndarray, config: ProxMOConfig
+                ) -> tuple[Float[Array, "B K T F"], Bool[Array, ""]]:
+    """``proxmo_kernel``'s ``(features, vocabulary)`` from a rollout's state texts: ``texts`` [B, K, T] the
+    string each record's state was hashed from, ``mask`` [B, K, T] the valid records (a prefix of each
+    trajectory). The TF-IDF vectors (``tfidf_features``) are padded with zero words to ``max_features``
+    (cosines and norms unchanged), so a jitted update sees one shape whatever the batch's vocabulary;
+    with no word in the texts, zeros and ``vocabulary`` False."""
+    texts, mask = np.asarray(texts, object), np.asarray(mask, bool)
+    if texts.shape != mask.shape or texts.ndim != 3:
+        raise ValueError(f"text_inputs: texts {texts.shape} and mask {mask.shape} must both be [B, K, T].")
+    B, K, T = mask.shape
+    rows = [[[str(x) for x in texts[b, k, : int(mask[b, k].sum())]] for k in range(K)] for b in range(B)]
+    if any(not mask[b, k, : len(rows[b][k])].all() for b in range(B) for k in range(K)):
+        raise ValueError("text_inputs: each trajectory's valid records must come first (mask a prefix per row).")
+    x = tfidf_features(rows, (B, K, T), max_features=config.max_features)
+    out = np.zeros((B, K, T, config.max_features), np.float32)
+    if x is not None:
+        out[..., : x.shape[-1]] = x
+    return jnp.asarray(out), jnp.asarray(x is not None)
 
 
 @register_estimator("proxmo", kernel=proxmo_kernel, config=ProxMOConfig, output=ProxMOOutput, graph=False,
