@@ -84,7 +84,7 @@ from bepo_jax.agent.train.arms import COLLAPSE, Arm, action_curves
 from bepo_jax.agent.train.recipes import recipe_fields
 from bepo_jax.agent.train.rundir import is_finished_run_of
 from experiments.common import ROOT, command, machine, parser, write_json
-from experiments.readme_tables import collapsed_seeds, points
+from experiments.readme_tables import collapsed_seeds, contrast_lines, points
 
 ESTIMATOR_ARMS = (
     Arm("grpo", "grpo"), Arm("gigpo", "gigpo"), Arm("graphgpo", "graphgpo"), Arm("gagpo", "gagpo"),
@@ -485,26 +485,6 @@ def by_eval_lines(summary: dict, ref: str) -> list[str]:
     for label, s in rows.items():
         cells = [points(mh) for k in ("held_out", "train") for _, *mh in s[key(k)]]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def contrast_lines(contrasts: dict, waiting: list[str]) -> list[str]:
-    """The report's third table: each contrast (``contrast_summary``) at the end, with its verdict and the
-    seeds above 0, and held-out at every evaluation; then the contrasts whose arms are not all run yet."""
-    if not contrasts and not waiting:
-        return []
-    its = [it for it, *_ in next(iter(contrasts.values()))["held_out_by_eval"]] if contrasts else []
-    lines = ["", "Contrasts, paired per seed (points, mean +- 95% t over seeds; 'seeds > 0': seeds where the "
-             "contrast is above 0):", "", "| contrast | held-out after | verdict | seeds > 0 | training tasks after | "
-             "verdict | seeds > 0 | " + " | ".join(f"held-out at {it}" for it in its) + " |",
-             "|---|---|---|---|---|---|---|" + "---|" * len(its)]
-    for name, s in contrasts.items():
-        cells = [f"{points(s[k])} | {s[k + '_verdict']} | {s[k + '_seeds_above_0']}/{s['seeds']}"
-                 for k in ("held_out", "train")]
-        lines.append(f"| {name} | " + " | ".join(cells) + " | "
-                     + " | ".join(points(mh) for _, *mh in s["held_out_by_eval"]) + " |")
-    if waiting:
-        lines += ["", f"Contrasts waiting for arms not run yet: {'; '.join(waiting)}."]
     return lines
 
 

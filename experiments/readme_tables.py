@@ -644,14 +644,35 @@ def warm_start() -> str:
                               "The regime per iteration (mean ± 95% t over seeds):", "", *regime_lines(regime)])
 
 
-def rivals_recipe() -> str:
-    """``claims.py --experiment rivals_recipe``: the arms (finished ones; pending ones listed) and the
-    contrasts whose arms have all finished (claims.py's third table), with the chance line."""
-    if not (RESULTS / "rivals_recipe.json").exists():
-        return "No arm has finished yet (`experiments/results/rivals_recipe.json` does not exist)."
-    from experiments.claims import contrast_lines
+def contrast_lines(contrasts: dict, waiting: list[str]) -> list[str]:
+    """The report's third table: each contrast (``contrast_summary``) at the end, with its verdict and the
+    seeds above 0, and held-out at every evaluation; then the contrasts whose arms are not all run yet."""
+    if not contrasts and not waiting:
+        return []
+    its = [it for it, *_ in next(iter(contrasts.values()))["held_out_by_eval"]] if contrasts else []
+    lines = ["", "Contrasts, paired per seed (points, mean +- 95% t over seeds; 'seeds > 0': seeds where the "
+             "contrast is above 0):", "", "| contrast | held-out after | verdict | seeds > 0 | training tasks after | "
+             "verdict | seeds > 0 | " + " | ".join(f"held-out at {it}" for it in its) + " |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(its)]
+    for name, s in contrasts.items():
+        cells = [f"{points(s[k])} | {s[k + '_verdict']} | {s[k + '_seeds_above_0']}/{s['seeds']}"
+                 for k in ("held_out", "train")]
+        lines.append(f"| {name} | " + " | ".join(cells) + " | "
+                     + " | ".join(points(mh) for _, *mh in s["held_out_by_eval"]) + " |")
+    if waiting:
+        lines += ["", f"Contrasts waiting for arms not run yet: {'; '.join(waiting)}."]
+    return lines
 
+
+def rivals_recipe() -> str:
+    """``claims.py --experiment rivals_recipe``: the arms and the contrasts (claims.py's third table), with the
+    chance line, once every arm has finished; before, which arms have (their numbers wait for the rest)."""
+    if not (RESULTS / "rivals_recipe.json").exists():
+        return "Not finished: no arm has finished yet (`experiments/results/rivals_recipe.json` does not exist)."
     d = _load("rivals_recipe.json")
+    if d["pending"]:
+        return (f"Not finished: {len(d['summary'])} of {len(d['arms'])} arms have finished ({', '.join(d['summary'])}; "
+                f"pending: {', '.join(d['pending'])}); the numbers come here when every arm has.")
     return "\n".join([_arms("rivals_recipe"), *contrast_lines(d["contrasts"], d["pending_contrasts"]), "",
                       chance_line(2 * len(d["contrasts"]))])
 

@@ -31,3 +31,25 @@ def test_a_changed_number_is_caught():
     body = text[start:end]
     tampered = text[:start] + body.replace(" ms", " ms ", 1) + text[end:]
     assert mod.render(tampered) != tampered
+
+
+def test_the_rivals_table_shows_numbers_only_when_every_arm_finished(tmp_path, monkeypatch):
+    import json
+
+    mod = _renderer()
+    monkeypatch.setattr(mod, "RESULTS", tmp_path)
+    assert mod.rivals_recipe().startswith("Not finished: no arm")
+    arm = {"held_out_after": [0.5, 0.1], "held_out_change": [0.2, 0.1], "train_after": [0.6, 0.1],
+           "train_change": [0.3, 0.1], "collapsed": 0, "seeds": 8}
+    contrast = {"held_out": [0.031, 0.02], "held_out_verdict": "higher", "held_out_seeds_above_0": 7,
+                "train": [0.01, 0.03], "train_verdict": "not separated", "train_seeds_above_0": 5, "seeds": 8,
+                "held_out_by_eval": [[0, 0.0, 0.0], [60, 0.031, 0.02]]}
+    d = {"arms": {"ecpo": {}, "grpo": {}}, "summary": {"ecpo": arm}, "pending": ["grpo"], "contrasts": {},
+         "pending_contrasts": ["ecpo - grpo"]}
+    (tmp_path / "rivals_recipe.json").write_text(json.dumps(d))
+    partial = mod.rivals_recipe()
+    assert partial.startswith("Not finished: 1 of 2 arms") and "0.5" not in partial
+    d.update(summary={"ecpo": arm, "grpo": arm}, pending=[], contrasts={"ecpo - grpo": contrast}, pending_contrasts=[])
+    (tmp_path / "rivals_recipe.json").write_text(json.dumps(d))
+    table = mod.rivals_recipe()
+    assert "| ecpo - grpo | +3.1 +- 2.0 | higher | 7/8 |" in table and "of 2 95% intervals" in table
