@@ -647,9 +647,9 @@ def warm_start() -> str:
 def contrast_lines(contrasts: dict, waiting: list[str]) -> list[str]:
     """The report's third table: each contrast (``contrast_summary``) at the end, with its verdict and the
     seeds above 0, and held-out at every evaluation; then the contrasts whose arms are not all run yet."""
-    if not contrasts and not waiting:
-        return []
-    its = [it for it, *_ in next(iter(contrasts.values()))["held_out_by_eval"]] if contrasts else []
+    if not contrasts:
+        return ["", f"Contrasts waiting for arms not run yet: {'; '.join(waiting)}."] if waiting else []
+    its = [it for it, *_ in next(iter(contrasts.values()))["held_out_by_eval"]]
     lines = ["", "Contrasts, paired per seed (points, mean +- 95% t over seeds; 'seeds > 0': seeds where the "
              "contrast is above 0):", "", "| contrast | held-out after | verdict | seeds > 0 | training tasks after | "
              "verdict | seeds > 0 | " + " | ".join(f"held-out at {it}" for it in its) + " |",
