@@ -34,7 +34,7 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from ..credit.estimators.registry import compute_advantages
+from ..credit.estimators.registry import compute_advantages, get_estimator, make_config
 from ..credit.types import FAILURE, SUCCESS, TRUNCATED
 from .rows import _string_keys, from_rows, key_words, to_rows
 
@@ -204,6 +204,7 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
     compiles. ``similarity``: a ``SimilarityConfig`` to merge nearly equal states. When every turn
     gives its ``action``, the batch carries the action keys (``StepBatch.action_key``). ``watch``: a
     ``BucketWatch`` that records this call's buckets and compilations (overflows after warm-up).
+    ProxMO's soft grouping reads the turns' state texts (their TF-IDF), as its authors' code does.
 
     Returns ``A[g][k]`` (float32, one value per turn) and, per group, the diagnostics as
     floats (``states``, ``gated_share``, ``converged``, ``iterations``, ``mean_out_degree``
@@ -254,7 +255,12 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
                                  np.asarray(outcome, np.int32), shape=shape, obs_tokens=tokens,
                                  similarity=similarity,
                                  action=action if all(a is not None for a in action) else None)
-        out = compute_advantages(estimator, batch, config)  # validates config (a dict or an instance)
+        if estimator == "proxmo":  # its soft grouping reads the states' texts, as its authors' code does
+            texts = np.full(index.shape, "", object)
+            texts[index.b, index.k, index.t] = obs
+            out = get_estimator(estimator).fn(batch, make_config(estimator, config), texts=texts)
+        else:
+            out = compute_advantages(estimator, batch, config)  # validates config (a dict or an instance)
         per_row = to_rows(np.asarray(out.advantage), index)
         diag = getattr(out, "diagnostics", None)
         diag = None if diag is None else {k: np.asarray(getattr(diag, k)) for k in

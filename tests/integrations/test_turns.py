@@ -81,6 +81,23 @@ def test_turns_with_actions_give_ecpo_the_action_keys():
     assert not all(np.allclose(a, p) for a, p in zip(got[0], plain[0]))
 
 
+def test_proxmo_groups_the_turns_by_their_texts():
+    """ProxMO's soft grouping reads the turns' state texts (their TF-IDF), as its authors' code does: in the
+    corridor every room's text is "room" plus a lone digit, which the TF-IDF drops, so every turn is near
+    every other; the row loop from the official code on the same texts gives the same credit (padded to
+    buckets), and hashed states alone would give other credit."""
+    pytest.importorskip("sklearn")
+    turns = corridor_turns()
+    outcomes = [SUCCESS, TRUNCATED, SUCCESS, TRUNCATED]
+    got, _ = credit_for_groups([turns], [outcomes], "proxmo")
+    texts = [[states for states, _, _ in PATHS]]
+    want = ref.ref_proxmo(padded(turns, outcomes), texts)
+    hashed = ref.ref_proxmo(padded(turns, outcomes))
+    for k, tr in enumerate(turns):
+        np.testing.assert_allclose(got[0][k], want[0, k, :len(tr)], atol=1e-5)
+    assert not all(np.allclose(want[0, k, :len(tr)], hashed[0, k, :len(tr)], atol=1e-3) for k, tr in enumerate(turns))
+
+
 def test_a_trajectory_reward_lands_on_the_turn_asked_for():
     turns = corridor_turns()
     outcomes = [SUCCESS, TRUNCATED, SUCCESS, TRUNCATED]

@@ -220,12 +220,16 @@ def text_inputs(texts: np.ndarray, mask: np.ndarray, config: ProxMOConfig
 def proxmo(batch: StepBatch, config: ProxMOConfig = ProxMOConfig(), *, texts=None, check: bool = True
            ) -> ProxMOOutput:
     """ProxMO advantage as its authors' code computes it (module docstring); ``.advantage`` float32 [B, K, T].
-    ``texts``: the observations as text, ``texts[b][k][t]`` for every valid step (the soft grouping's TF-IDF,
-    ``tfidf_features``); None: each distinct hashed observation is one word of its own."""
+    ``texts``: the observations as text (the soft grouping's TF-IDF, ``tfidf_features``), either
+    ``texts[b][k][t]`` for every valid step or an array [B, K, T] of strings as the rollouts record them
+    (``text_inputs``: padded to ``max_features`` words, one compiled program per batch shape); None: each
+    distinct hashed observation is one word of its own."""
     features, vocabulary = None, True
     if texts is not None and config.mode == "soft":
-        shape = tuple(np.shape(batch.mask))
-        features = tfidf_features(texts, shape, max_features=config.max_features)
-        vocabulary = features is not None
+        if isinstance(texts, np.ndarray):
+            features, vocabulary = text_inputs(texts, np.asarray(batch.mask), config)
+        else:
+            features = tfidf_features(texts, tuple(np.shape(batch.mask)), max_features=config.max_features)
+            vocabulary = features is not None
     return entry_point(_proxmo_jit, batch, config, ProxMOConfig, check=check,
                        extra=(None if features is None else jnp.asarray(features), vocabulary))
