@@ -142,8 +142,8 @@ def report(out: Path = OUT) -> dict:
 def wall_hours(events: list[dict]) -> dict:
     """Wall-clock hours of the runs from the log: a segment is a logged start and the next logged event;
     it counts as ``finished`` when that event is the same run's finish, else as ``stopped`` (a session
-    stop ended it: its end is not logged, and the time to the next event includes the pause between
-    sessions, so only the number of such segments is reported)."""
+    stop or a killed process ended it: its end is not logged, and the time to the next event includes
+    the pause until the restart, so only the number of such segments is reported)."""
     from datetime import datetime
 
     at = lambda e: datetime.strptime(e["time"], "%Y-%m-%d %H:%M:%S")
@@ -216,7 +216,8 @@ def _markdown(res: dict) -> list[str]:
                      f"{s['hours']:.1f} |")
     w = res["wall"]
     lines += ["", f"Wall time of the run segments that ran to their finish: {w['finished_segments_hours']:.1f} h; "
-              f"{w['stopped_segments']} segments ended by a session stop (each resumed from its newest checkpoint).",
+              f"{w['stopped_segments']} segments ended before their finish by a session stop or a killed process (each "
+              "resumed from its newest checkpoint; the log's notes say which).",
               "", "## Every logged start, finish and note", ""]
     lines += [f"- {e['time']}: {e['event']}" + (f" {e['arm']} s{e['seed']}" if "arm" in e else "")
               + (f" (commit {e['commit']}" + (f", resumed after iteration {e['resume_after']}"
