@@ -21,6 +21,13 @@ def assert_close(actual, expected, *, rtol=1e-4, what=""):
     assert err <= rtol * scale, f"{what}: max abs error {err:.3g} > {rtol} * {scale:.3g}\n{actual}\n{expected}"
 
 
+def reference_batch(batch) -> tuple:
+    """A StepBatch as the reference loops take it (``bepo_jax.credit.reference``): NumPy (obs_key, reward,
+    mask, outcome, penalty), the penalty zeros where the batch has none."""
+    return tuple(np.asarray(x) for x in (batch.obs_key, batch.reward, batch.mask, batch.outcome,
+                                         batch.penalty_or_zeros()))
+
+
 def pairwise_params(combos: list[tuple]) -> list:
     """The full product ``combos`` as pytest params, the rows outside a pairwise covering set marked exhaustive.
 

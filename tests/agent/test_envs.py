@@ -203,6 +203,7 @@ def test_proxmo_in_the_host_loop_reads_the_texts_the_state_keys_were_hashed_from
     gives the same advantages); one iteration runs."""
     from bepo_jax.credit.hashing import hash_observations
     from bepo_jax.credit.reference import ref_proxmo
+    from tests.helpers import reference_batch
 
     setup = Setup(_tiny("textworld", estimator="proxmo", constrained=False), cache_dir=tmp_path / "games")
     state = setup.trainer.init_state()
@@ -214,8 +215,7 @@ def test_proxmo_in_the_host_loop_reads_the_texts_the_state_keys_were_hashed_from
     rng = np.random.default_rng(0)  # random returns on the rollout's records: the kernel's grouping decides
     b = dataclasses.replace(ro.batch, reward=np.where(mask, rng.normal(size=mask.shape), 0.0).astype(np.float32))
     lists = [[[str(x) for x in texts[g, k][mask[g, k]]] for k in range(mask.shape[1])] for g in range(mask.shape[0])]
-    want = ref_proxmo(tuple(np.asarray(x) for x in (b.obs_key, b.reward, b.mask, b.outcome, b.penalty_or_zeros())),
-                      lists)
+    want = ref_proxmo(reference_batch(b), lists)
     assert np.abs(want).max() > 0.01
     np.testing.assert_allclose(np.asarray(setup.advantages(b, setup.credit_inputs(ro)).advantage), want, rtol=3e-4,
                                atol=1e-5)

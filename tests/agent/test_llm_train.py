@@ -138,6 +138,7 @@ def test_proxmo_in_the_llm_loop_groups_the_states_by_their_texts(tiny_chat_dir):
 
     from bepo_jax.agent.train.llm_setup import LLMSetup
     from bepo_jax.credit.reference import ref_proxmo
+    from tests.helpers import reference_batch
 
     cfg = RunConfig(env="sokoban", model=str(tiny_chat_dir), estimator="proxmo", groups=2, group_size=2, max_steps=3,
                     task_pool=3, eval_tasks=1, constrained=True, max_reply=8, train_layers=1)
@@ -153,8 +154,7 @@ def test_proxmo_in_the_llm_loop_groups_the_states_by_their_texts(tiny_chat_dir):
     rng = np.random.default_rng(0)
     batch = dataclasses.replace(ro.batch, reward=np.where(mask, rng.normal(size=mask.shape), 0.0).astype(np.float32),
                               penalty=np.where(mask & (rng.random(mask.shape) < 0.3), -0.1, 0.0).astype(np.float32))
-    want = ref_proxmo(tuple(np.asarray(x) for x in (batch.obs_key, batch.reward, batch.mask, batch.outcome,
-                                                     batch.penalty_or_zeros())), texts)
+    want = ref_proxmo(reference_batch(batch), texts)
     np.testing.assert_allclose(np.asarray(setup.advantages(batch, credit).advantage), want, rtol=3e-4, atol=1e-5)
     # the texts matter: different grids share words (their rows), so hashed observations alone give other credit
     assert np.abs(np.asarray(setup.advantages(batch).advantage) - want).max() > 1e-3

@@ -15,7 +15,7 @@ from bepo_jax import FAILURE, SUCCESS, ProxMOConfig
 from bepo_jax.credit.builders import Trajectory, batch_from_trajectories
 from bepo_jax.credit.reference import ref_proxmo
 
-from tests.helpers import assert_close
+from tests.helpers import assert_close, reference_batch
 from tests.strategies import batches
 
 pytest.importorskip("sklearn")
@@ -52,17 +52,12 @@ def _texts_batch(rng, groups=3, k=4, t_max=5, vocab=6, reward=10.0, num_steps=No
     return batch_from_trajectories(batch_groups, num_steps=num_steps), texts
 
 
-def _np(batch):
-    return tuple(np.asarray(x) for x in (batch.obs_key, batch.reward, batch.mask, batch.outcome,
-                                         batch.penalty_or_zeros()))
-
-
 @settings(deadline=None, max_examples=12)
 @given(seed=st.integers(0, 10_000), reward=st.sampled_from([1.0, 10.0]), psc=st.booleans())
 def test_the_tfidf_soft_grouping_matches_the_loop_with_tfidf_by_hand(seed, reward, psc):
     batch, texts = _texts_batch(np.random.default_rng(seed), reward=reward)
     got = bj.proxmo(batch, ProxMOConfig(psc=psc), texts=texts)
-    want = ref_proxmo(_np(batch), texts, psc=psc)
+    want = ref_proxmo(reference_batch(batch), texts, psc=psc)
     assert_close(got.advantage, want, what="proxmo tf-idf", rtol=3e-4)
     # the features are scikit-learn's, fitted on every row of the batch (across groups)
     from sklearn.feature_extraction.text import TfidfVectorizer
@@ -150,7 +145,7 @@ def test_text_inputs_from_a_rollouts_state_texts_match_the_loop_and_compile_once
         mask = np.asarray(batch.mask)
         features, vocabulary = text_inputs(_as_array(texts, mask), mask, ProxMOConfig())
         assert features.shape == mask.shape + (1024,) and bool(vocabulary)
-        assert_close(kernel(batch, features, vocabulary).advantage, ref_proxmo(_np(batch), texts),
+        assert_close(kernel(batch, features, vocabulary).advantage, ref_proxmo(reference_batch(batch), texts),
                      what=f"text_inputs, {vocab} words", rtol=3e-4)
     wordless = batch_from_trajectories([[Trajectory(["a"] * 4, [0.0, 0.0, 0.0, 10.0], SUCCESS),
                                          Trajectory(["b"] * 2, [0.0, 0.0], FAILURE),
