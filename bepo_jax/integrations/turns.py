@@ -204,7 +204,8 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
     compiles. ``similarity``: a ``SimilarityConfig`` to merge nearly equal states. When every turn
     gives its ``action``, the batch carries the action keys (``StepBatch.action_key``). ``watch``: a
     ``BucketWatch`` that records this call's buckets and compilations (overflows after warm-up).
-    ProxMO's soft grouping reads the turns' state texts (their TF-IDF), as its authors' code does.
+    An estimator that reads the states' texts (the registry's ``text_inputs``: ProxMO's soft grouping,
+    their TF-IDF, as its authors' code does) gets the turns' state texts.
 
     Returns ``A[g][k]`` (float32, one value per turn) and, per group, the diagnostics as
     floats (``states``, ``gated_share``, ``converged``, ``iterations``, ``mean_out_degree``
@@ -255,7 +256,7 @@ def credit_for_groups(groups: Sequence[Sequence[Sequence[Turn]]], outcomes: Sequ
                                  np.asarray(outcome, np.int32), shape=shape, obs_tokens=tokens,
                                  similarity=similarity,
                                  action=action if all(a is not None for a in action) else None)
-        if estimator == "proxmo":  # its soft grouping reads the states' texts, as its authors' code does
+        if get_estimator(estimator).text_inputs is not None:  # it reads the states' texts (ProxMO's TF-IDF)
             texts = np.full(index.shape, "", object)
             texts[index.b, index.k, index.t] = obs
             out = get_estimator(estimator).fn(batch, make_config(estimator, config), texts=texts)

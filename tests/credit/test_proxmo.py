@@ -161,6 +161,19 @@ def test_text_inputs_from_a_rollouts_state_texts_match_the_loop_and_compile_once
         text_inputs(np.full(mask.shape, "hall", object), gap, ProxMOConfig())
 
 
+def test_the_registry_names_proxmo_as_the_one_estimator_that_reads_texts():
+    """The training loops and the turns path ask the registry (``Estimator.text_inputs``), not a name: ProxMO
+    alone reads texts, and only its soft grouping does (the other modes group identical observations)."""
+    from bepo_jax.credit.estimators.proxmo import text_inputs
+
+    assert [n for n, e in bj.ESTIMATORS.items() if e.text_inputs is not None] == ["proxmo"]
+    assert bj.ESTIMATORS["proxmo"].text_inputs is text_inputs
+    mask = np.ones((1, 2, 1), bool)
+    texts = np.array([[["kitchen key"], ["hall door"]]], object)
+    assert text_inputs(texts, mask, ProxMOConfig(mode="mean")) == ()
+    assert len(text_inputs(texts, mask, ProxMOConfig())) == 2
+
+
 def test_config_and_texts_are_checked():
     with pytest.raises(ValueError, match="ProxMOConfig.mode"):
         ProxMOConfig(mode="soft_grouping")

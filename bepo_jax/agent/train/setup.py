@@ -131,15 +131,14 @@ class Setup:
 
     def credit_inputs(self, ro: Rollout) -> tuple:
         """What the estimator's kernel reads beyond the StepBatch, made on the host from the iteration's
-        rollout: ProxMO's soft grouping (``mode="soft"``) reads the TF-IDF vectors of the states' texts
-        (``proxmo.text_inputs`` over the host rollout's ``state_texts``), as its authors' code does. Every
-        other estimator, and the jitted rollouts (no texts: each distinct observation is a word of its own),
-        read nothing more."""
-        from ...credit.estimators.proxmo import ProxMOConfig, text_inputs
-
-        if not (self.host and isinstance(self.est_cfg, ProxMOConfig) and self.est_cfg.mode == "soft"):
+        rollout: an estimator that reads the states' texts (the registry's ``text_inputs``: ProxMO's soft
+        grouping, their TF-IDF, as its authors' code does) gets them from the host rollout's
+        ``state_texts``. Every other estimator, and the jitted rollouts (no texts: ProxMO then sees each
+        distinct observation as a word of its own), read nothing more."""
+        make = self.estimator.text_inputs
+        if not self.host or make is None:
             return ()
-        return text_inputs(self.rollout.state_texts, np.asarray(ro.batch.mask), self.est_cfg)
+        return make(self.rollout.state_texts, np.asarray(ro.batch.mask), self.est_cfg)
 
     def frozen_inputs(self):
         """The arrays the update reads but does not train, passed to the jitted update as an argument

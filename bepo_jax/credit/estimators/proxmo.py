@@ -192,12 +192,15 @@ def tfidf_features(texts: Sequence[Sequence[Sequence[str]]], shape: tuple[int, i
 
 
 def text_inputs(texts: np.ndarray, mask: np.ndarray, config: ProxMOConfig
-                ) -> tuple[Float[Array, "B K T F"], Bool[Array, ""]]:
+                ) -> tuple[()] | tuple[Float[Array, "B K T F"], Bool[Array, ""]]:
     """``proxmo_kernel``'s ``(features, vocabulary)`` from a rollout's state texts: ``texts`` [B, K, T] the
     string each record's state was hashed from, ``mask`` [B, K, T] the valid records (a prefix of each
     trajectory). The TF-IDF vectors (``tfidf_features``) are padded with zero words to ``max_features``
     (cosines and norms unchanged), so a jitted update sees one shape whatever the batch's vocabulary;
-    with no word in the texts, zeros and ``vocabulary`` False."""
+    with no word in the texts, zeros and ``vocabulary`` False. ``()`` unless ``config.mode`` is "soft"
+    (the other modes group identical observations and read no texts). The registry's ``text_inputs``."""
+    if config.mode != "soft":
+        return ()
     texts, mask = np.asarray(texts, object), np.asarray(mask, bool)
     if texts.shape != mask.shape or texts.ndim != 3:
         raise ValueError(f"text_inputs: texts {texts.shape} and mask {mask.shape} must both be [B, K, T].")
@@ -213,6 +216,7 @@ def text_inputs(texts: np.ndarray, mask: np.ndarray, config: ProxMOConfig
 
 
 @register_estimator("proxmo", kernel=proxmo_kernel, config=ProxMOConfig, output=ProxMOOutput, graph=False,
+                    text_inputs=text_inputs,
                     definition="PSC-weighted episode term (R + p centred over the group's rows) + w (G - soft baseline): "
                                "the baseline a softmax over the group's rows of cos(tf-idf) / 0.1, the row itself "
                                "included",
@@ -228,7 +232,7 @@ def proxmo(batch: StepBatch, config: ProxMOConfig = ProxMOConfig(), *, texts=Non
     if texts is not None and config.mode == "soft":
         if isinstance(texts, np.ndarray):
             features, vocabulary = text_inputs(texts, np.asarray(batch.mask), config)
-        else:
+        else:  # nested lists of the valid steps' texts: the vectors at the batch's own vocabulary size
             features = tfidf_features(texts, tuple(np.shape(batch.mask)), max_features=config.max_features)
             vocabulary = features is not None
     return entry_point(_proxmo_jit, batch, config, ProxMOConfig, check=check,

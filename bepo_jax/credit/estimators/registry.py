@@ -23,7 +23,7 @@ import dataclasses
 import json
 import re
 import types
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..types import StepBatch
 
@@ -33,7 +33,12 @@ class Estimator:
     """A registered estimator: host entry ``fn`` (checks the batch on the host, runs the jitted
     kernel), jittable ``kernel(batch, config)``, its config and output types, a one-line
     ``definition`` and its ``source``; ``graph``: whether it builds the state graph (and takes
-    ``history``); ``lab``: whether the credit lab's default suite runs it."""
+    ``history``); ``lab``: whether the credit lab's default suite runs it; ``text_inputs``: for an
+    estimator that reads the states' texts (ProxMO's TF-IDF), ``text_inputs(texts, mask, config) ->
+    tuple`` making the kernel's further arguments on the host from the texts [B, K, T] each state key
+    was hashed from (``()`` when the config reads none), and its host entry takes ``texts=`` too; None
+    for the others. The training loops (``Setup.credit_inputs``) and the turns path
+    (``credit_for_groups``) ask this field, not the estimator's name."""
 
     name: str
     fn: Callable
@@ -44,6 +49,7 @@ class Estimator:
     source: str
     graph: bool
     lab: bool = True
+    text_inputs: Optional[Callable] = None
 
 
 _REGISTRY: dict[str, Estimator] = {}
@@ -54,13 +60,14 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
 def register_estimator(name: str, *, kernel: Callable, config: type, output: type, definition: str, source: str,
-                       graph: bool, lab: bool = True) -> Callable[[Callable], Callable]:
+                       graph: bool, lab: bool = True, text_inputs: Optional[Callable] = None
+                       ) -> Callable[[Callable], Callable]:
     """Decorate an estimator's host entry ``fn(batch, config=Config(), *, check=True)`` to
     register it under ``name`` with its jittable ``kernel(batch, config) -> output``.
 
     ``config`` must be a frozen config with ``from_dict`` / ``to_dict`` / ``replace`` (made
     with ``_config.pytree_config``) and build with no arguments (its defaults); ``output``
-    the dataclass the kernel returns. A name registered twice, a malformed name or a config
+    the dataclass the kernel returns; ``text_inputs``: see ``Estimator``. A name registered twice, a malformed name or a config
     without those methods raises here, at import, naming the fix."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"register_estimator: name {name!r} must be lower-case letters, digits and '_', "
@@ -76,7 +83,7 @@ def register_estimator(name: str, *, kernel: Callable, config: type, output: typ
         if name in _REGISTRY:
             raise ValueError(f"estimator {name!r} is registered already (by {_REGISTRY[name].fn.__module__}); "
                              "choose another name.")
-        _REGISTRY[name] = Estimator(name, fn, kernel, config, output, definition, source, graph, lab)
+        _REGISTRY[name] = Estimator(name, fn, kernel, config, output, definition, source, graph, lab, text_inputs)
         return fn
 
     return wrap
