@@ -273,9 +273,15 @@ def load_run(path: str | Path, *, games_dir: Optional[str | Path] = None) -> tup
         raise ValueError(f"{path} is not a run directory: no config.json in {run} (pass the --out of a train run).")
     cfg = RunConfig.from_stored(json.loads(cfg_path.read_text()))
     setup = _setup_for_run(cfg, run, Path(games_dir) if games_dir else None)
-    ckpt = Checkpointer(run / "checkpoints", max_to_keep=cfg.keep_checkpoints)
+    return (setup, *restore_latest(setup, run))
+
+
+def restore_latest(setup: Setup, run: str | Path) -> tuple[TrainState, int]:
+    """The newest checkpoint of run directory ``run`` restored into ``setup``'s state structure, and its
+    iteration (``setup`` may be another run's of the same policy and update: an arm of the same seed)."""
+    ckpt = Checkpointer(Path(run) / "checkpoints", max_to_keep=setup.cfg.keep_checkpoints)
     try:
         state, meta, step = ckpt.restore_latest(setup.trainer.abstract_state())
     finally:
         ckpt.close()
-    return setup, state, int(meta.get("iteration", step))
+    return state, int(meta.get("iteration", step))
