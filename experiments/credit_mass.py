@@ -42,6 +42,7 @@ from bepo_jax.credit.estimators.registry import get_estimator, make_config
 from bepo_jax.agent.train.loop import restore_latest
 from experiments.claims import EXPERIMENTS, SCALES, arm_config, base_config, finished_run, fmt, scale_fields
 from experiments.common import ROOT, command, machine, parser
+from experiments.readme_tables import credit_mass_lines
 
 MASS_KEY = 20_011  # the batches' key (+ the seed); the runs used seed + iteration
 TOL = 1e-6  # |A| above it counts as credit
@@ -123,12 +124,7 @@ def report(info: dict) -> str:
              f"share of records with |A| > {TOL:g}; mean |A| over records; mixed groups: the share of groups with "
              "both outcomes (where outcome credit is not 0). Mean over batches, then mean +- 95% Student-t half-width "
              f"over seeds. Took {info['wall_s'] / 60:.0f} min.", "",
-             "| arm | credit mass, initial policy | mean abs A, initial | credit mass, final policy | mean abs A, final "
-             "| mixed groups, final |", "|---|---|---|---|---|---|"]
-    for a, v in s.items():
-        i, f = v["initial"], v["final"]
-        lines.append(f"| {a} | {fmt(i['mass'])} | {fmt(i['mean_abs'])} | {fmt(f['mass'])} | {fmt(f['mean_abs'])} "
-                     f"| {fmt(f['mixed'])} |")
+             *credit_mass_lines(info)]
     first = next(iter(s.values()))["initial"]["mixed"]
     lines += ["", f"Mixed groups at the initial policy (every arm's batches): {fmt(first)}.", "",
               f"Machine: {info['machine']}"]

@@ -26,8 +26,9 @@ def _load(rel: str) -> dict:
 
 
 def _ci(pair, digits: int = 3) -> str:
+    """``mean +- half-width`` (one seed: the mean alone)."""
     mean, half = pair
-    return f"{mean:.{digits}f} +- {half:.{digits}f}"
+    return f"{mean:.{digits}f}" + ("" if np.isnan(half) else f" +- {half:.{digits}f}")
 
 
 def main_job() -> str:
@@ -677,6 +678,30 @@ def rivals_recipe() -> str:
                       chance_line(2 * len(d["contrasts"]))])
 
 
+def credit_mass_lines(info: dict) -> list[str]:
+    """``credit_mass.py``'s table: per arm, credit mass and mean |A| at the seeds' shared initial policy (the
+    same batches for every arm) and at the arm's final policy, and its final batches' mixed groups."""
+    lines = ["| arm | credit mass, initial policy | mean abs A, initial | credit mass, final policy | mean abs A, final "
+             "| mixed groups, final |", "|---|---|---|---|---|---|"]
+    for a, v in info["summary"].items():
+        i, f = v["initial"], v["final"]
+        lines.append(f"| {a} | " + " | ".join(_ci(x) for x in (i["mass"], i["mean_abs"], f["mass"], f["mean_abs"],
+                                                                    f["mixed"])) + " |")
+    return lines
+
+
+def credit_mass(experiment: str) -> str:
+    """``python -m experiments.credit_mass --experiment <experiment>``'s table, or that it has not run yet."""
+    path = RESULTS / f"{experiment}_credit_mass.json"
+    if not path.exists():
+        return (f"Not measured yet: `python -m experiments.credit_mass --experiment {experiment}` runs when every arm "
+                "has finished.")
+    info = json.loads(path.read_text())
+    return "\n".join([*credit_mass_lines(info), "", f"{info['optimizer_steps']} optimizer steps per arm; "
+                      f"{info['batches']} batches per seed and policy; mean +- 95% t over seeds {info['seeds'][0]}-"
+                      f"{info['seeds'][-1]}."])
+
+
 TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": compare_sokoban,
           "env_loop": env_loop, "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
@@ -688,7 +713,8 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "e2_rescore": lambda: _rescore("e2_rescore"), "e2_claims_rescore": lambda: _rescore("e2_claims_rescore"),
           "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore"), "headline": headline,
           "warm_start": warm_start, "confirmatory": confirmatory_primary, "llm_job": llm_job,
-          "llm_run": llm_run, "llm_profile": llm_profile, "rivals_recipe": rivals_recipe}
+          "llm_run": llm_run, "llm_profile": llm_profile, "rivals_recipe": rivals_recipe,
+          "rivals_credit_mass": lambda: credit_mass("rivals_recipe")}
 
 
 def render(text: str) -> str:

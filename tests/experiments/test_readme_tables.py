@@ -53,3 +53,18 @@ def test_the_rivals_table_shows_numbers_only_when_every_arm_finished(tmp_path, m
     (tmp_path / "rivals_recipe.json").write_text(json.dumps(d))
     table = mod.rivals_recipe()
     assert "| ecpo - grpo | +3.1 +- 2.0 | higher | 7/8 |" in table and "of 2 95% intervals" in table
+
+
+def test_the_credit_mass_table_says_when_it_has_not_run(tmp_path, monkeypatch):
+    import json
+
+    mod = _renderer()
+    monkeypatch.setattr(mod, "RESULTS", tmp_path)
+    assert mod.credit_mass("rivals_recipe").startswith("Not measured yet: `python -m experiments.credit_mass")
+    cell = lambda m: {"mass": [m, 0.01], "mean_abs": [2 * m, float("nan")], "mixed": [0.5, 0.02]}
+    info = {"summary": {"grpo": {"initial": cell(0.4), "final": cell(0.3)}}, "optimizer_steps": 960, "batches": 2,
+            "seeds": [400, 401]}
+    (tmp_path / "rivals_recipe_credit_mass.json").write_text(json.dumps(info))
+    table = mod.credit_mass("rivals_recipe")
+    assert "| grpo | 0.400 +- 0.010 | 0.800 | 0.300 +- 0.010 | 0.600 | 0.500 +- 0.020 |" in table
+    assert "960 optimizer steps per arm" in table and "seeds 400-401" in table
