@@ -25,7 +25,7 @@ from bepo_jax.agent.train.rundir import is_finished_run_of
 
 from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines
 from .confirmatory import _events, _log, decision, holm, paired_test
-from .readme_tables import points, size_verdict
+from .readme_tables import llm_confirmatory_lines, size_verdict
 
 NAME = "llm_confirmatory"
 # -- the protocol (docs/llm-confirmatory.md); fixed before the first run -----------------------------
@@ -195,25 +195,7 @@ def plot(res: dict, path: Path, window: int = 5) -> None:
 def _markdown(res: dict) -> list[str]:
     lines = ["# The LLM confirmatory test (docs/llm-confirmatory.md)", "",
              f"`{res['command']}`; {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete"
-             + ("." if res["family_complete"] else ": no decision yet."), "",
-             "| contrast | held-out success, paired difference (points), 95% t over seeds | p | Holm p | decision | "
-             "the paper | against the paper | the character policy's test |", "|---|---|---|---|---|---|---|---|"]
-    for name, c in res["contrasts"].items():
-        t, h = c["test"], c.get("holm")
-        diff = "not yet" if t is None else (f"{points((t['mean'] / 100, t['half_width'] / 100))} "
-                                            f"({t['seeds_above_0']}/{t['seeds']} seeds > 0)")
-        p = "" if t is None else f"{t['p']:.3f}"
-        holm_p, dec = ("", "") if h is None else (f"{h['holm_p']:.3f}", f"**{h['decision']}**")
-        paper = "none" if c["paper"] is None else f"{c['paper']:+.1f}"
-        label = name if c["primary"] else f"{name} (secondary)"
-        lines.append(f"| {label} | {diff} | {p} | {holm_p} | {dec} | {paper} | {c['against_paper'] or ''} | "
-                     f"{c['toy_policy'] or ''} |")
-    lines += ["", "| arm | held-out success after (mean over seeds) | before | invalid-command rate | gated share | "
-              "iteration hours (sum of step times, evaluations excluded) |", "|---|---|---|---|---|---|"]
-    for a, s in res["arms_summary"].items():
-        f = lambda xs: f"{np.mean(xs):.3f}" if xs else "-"
-        lines.append(f"| {a} | {f(s['final'])} | {f(s['initial'])} | {f(s['invalid_rate'])} | {f(s['gated_share'])} | "
-                     f"{s['hours']:.1f} |")
+             + ("." if res["family_complete"] else ": no decision yet."), "", *llm_confirmatory_lines(res)]
     w = res["wall"]
     lines += ["", f"Wall time of the run segments that ran to their finish: {w['finished_segments_hours']:.1f} h; "
               f"{w['stopped_segments']} segments ended before their finish by a session stop or a killed process (each "

@@ -702,6 +702,45 @@ def credit_mass(experiment: str) -> str:
                       f"{info['seeds'][-1]}."])
 
 
+def llm_confirmatory_lines(res: dict) -> list[str]:
+    """The LLM confirmatory test's tables (``llm_confirmatory.report``'s summary): every contrast with its
+    paired difference, p, Holm p and decision (once the family is complete), the paper's and the character
+    policy's numbers; per arm its held-out success, invalid-command rate, gated share and hours."""
+    lines = ["| contrast | held-out success, paired difference (points), 95% t over seeds | p | Holm p | decision | "
+             "the paper | against the paper | the character policy's test |", "|---|---|---|---|---|---|---|---|"]
+    for name, c in res["contrasts"].items():
+        t, h = c["test"], c.get("holm")
+        diff = "not yet" if t is None else (f"{points((t['mean'] / 100, t['half_width'] / 100))} "
+                                            f"({t['seeds_above_0']}/{t['seeds']} seeds > 0)")
+        p = "" if t is None else f"{t['p']:.3f}"
+        holm_p, dec = ("", "") if h is None else (f"{h['holm_p']:.3f}", f"**{h['decision']}**")
+        paper = "none" if c["paper"] is None else f"{c['paper']:+.1f}"
+        label = name if c["primary"] else f"{name} (secondary)"
+        lines.append(f"| {label} | {diff} | {p} | {holm_p} | {dec} | {paper} | {c['against_paper'] or ''} | "
+                     f"{c['toy_policy'] or ''} |")
+    lines += ["", "| arm | held-out success after (mean over seeds) | before | invalid-command rate | gated share | "
+              "iteration hours (sum of step times, evaluations excluded) |", "|---|---|---|---|---|---|"]
+    for a, s in res["arms_summary"].items():
+        f = lambda xs: f"{np.mean(xs):.3f}" if xs else "-"
+        lines.append(f"| {a} | {f(s['final'])} | {f(s['initial'])} | {f(s['invalid_rate'])} | {f(s['gated_share'])} | "
+                     f"{s['hours']:.1f} |")
+    return lines
+
+
+def llm_confirmatory() -> str:
+    """``python -m experiments.llm_confirmatory report``'s tables once every run has finished; before, how many
+    seeds are complete (no number before the decision)."""
+    path = RESULTS / "llm_confirmatory" / "summary.json"
+    if not path.exists():
+        return ("Not finished: no report yet (`python -m experiments.llm_confirmatory status` shows each run); "
+                "the numbers come here when all 18 runs have finished.")
+    res = json.loads(path.read_text())
+    if not res["family_complete"]:
+        return (f"Not finished: {len(res['seeds_complete'])} of {len(res['seeds'])} seeds have every arm finished; "
+                "the numbers come here when every run has.")
+    return "\n".join(llm_confirmatory_lines(res))
+
+
 TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": compare_sokoban,
           "env_loop": env_loop, "kernel_speed": kernel_speed, "precision": precision, "credit_lab": credit_lab,
           "claims_e1": lambda: _claims("e1"), "arms_e1": lambda: _arms("e1"), "pool": main_job_pool,
@@ -714,7 +753,7 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore"), "headline": headline,
           "warm_start": warm_start, "confirmatory": confirmatory_primary, "llm_job": llm_job,
           "llm_run": llm_run, "llm_profile": llm_profile, "rivals_recipe": rivals_recipe,
-          "rivals_credit_mass": lambda: credit_mass("rivals_recipe")}
+          "rivals_credit_mass": lambda: credit_mass("rivals_recipe"), "llm_confirmatory": llm_confirmatory}
 
 
 def render(text: str) -> str:

@@ -68,3 +68,27 @@ def test_the_credit_mass_table_says_when_it_has_not_run(tmp_path, monkeypatch):
     table = mod.credit_mass("rivals_recipe")
     assert "| grpo | 0.400 +- 0.010 | 0.800 | 0.300 +- 0.010 | 0.600 | 0.500 +- 0.020 |" in table
     assert "960 optimizer steps per arm" in table and "seeds 400-401" in table
+
+
+def test_the_llm_confirmatory_tables_wait_for_every_run(tmp_path, monkeypatch):
+    import json
+
+    mod = _renderer()
+    monkeypatch.setattr(mod, "RESULTS", tmp_path)
+    assert mod.llm_confirmatory().startswith("Not finished: no report yet")
+    t = {"mean": 4.0, "half_width": 3.0, "seeds_above_0": 5, "seeds": 6, "p": 0.02}
+    res = {"seeds": [300, 301], "seeds_complete": [300], "family_complete": False,
+           "contrasts": {"gated_bepo - grpo": {"primary": True, "test": t, "paper": 13.4, "toy_policy": "+7.3",
+                                               "against_paper": "smaller", "holm": {"holm_p": 0.04,
+                                                                                    "decision": "confirmed"}}},
+           "arms_summary": {"grpo": {"final": [0.2, 0.3], "initial": [0.1, 0.1], "invalid_rate": [0.1, 0.3],
+                                     "gated_share": [], "hours": 1.25}}}
+    (tmp_path / "llm_confirmatory").mkdir()
+    (tmp_path / "llm_confirmatory" / "summary.json").write_text(json.dumps(res))
+    partial = mod.llm_confirmatory()
+    assert partial.startswith("Not finished: 1 of 2 seeds") and "+4.0" not in partial
+    res["family_complete"] = True
+    (tmp_path / "llm_confirmatory" / "summary.json").write_text(json.dumps(res))
+    table = mod.llm_confirmatory()
+    assert "| gated_bepo - grpo | +4.0 +- 3.0 (5/6 seeds > 0) | 0.020 | 0.040 | **confirmed** | +13.4 | smaller |" in table
+    assert "| grpo | 0.250 | 0.100 | 0.200 | - | 1.2 |" in table
