@@ -98,6 +98,13 @@ def write_json(path: Path, data: Any, *, indent: int = 2) -> Path:
     return write_text(path, json.dumps(data, indent=indent))
 
 
+def write_report(path: Path, info: Any, md: str) -> None:
+    """A finished program's results: ``info`` as JSON at ``path``, ``md`` beside it (``.md``), printed."""
+    write_json(path, info)
+    write_text(path.with_suffix(".md"), md)
+    print(md)
+
+
 def write_lines(path: Path, lines: Sequence[str]) -> Path:
     """A Markdown results page from its lines (``write_text``'s guarantee)."""
     return write_text(path, "\n".join(lines) + "\n")

@@ -59,7 +59,7 @@ from experiments.claims import (
     verdict,
 )
 from bepo_jax.agent.envs.pools import task_ids
-from experiments.common import ROOT, command, machine, parser
+from experiments.common import ROOT, command, machine, parser, write_report
 from experiments.readme_tables import (
     points,
     rescore_contrasts,
@@ -261,10 +261,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
                     path.write_text(json.dumps(info, indent=2))  # each run's evaluation kept as it finishes
     info["wall_s"] = spent + time.perf_counter() - start
     info["summary"] = summarize(seeds, arms, contrasts, runs)
-    path.write_text(json.dumps(info, indent=2))
-    md = report(info)
-    path.with_suffix(".md").write_text(md)
-    print(md)
+    write_report(path, info, report(info))
     return info
 
 
