@@ -41,7 +41,7 @@ from bepo_jax.agent.train import RunConfig, Setup, mean_ci
 from bepo_jax.credit.estimators.registry import get_estimator, make_config
 from bepo_jax.agent.train.loop import restore_latest
 from experiments.claims import EXPERIMENTS, SCALES, arm_config, base_config, finished_run, fmt, scale_fields
-from experiments.common import ROOT, command, machine, parser, write_report
+from experiments.common import ROOT, command, machine, parser, write_json, write_report
 from experiments.readme_tables import credit_mass_lines
 
 MASS_KEY = 20_011  # the batches' key (+ the seed); the runs used seed + iteration
@@ -182,7 +182,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
             done[seed] = measure_seed(seed_cfgs, run_dirs, args.batches)
         info["per_seed"] = [done[s] for s in seeds if s in done]
         info["wall_s"] = spent + time.perf_counter() - start
-        path.write_text(json.dumps(info, indent=2))  # each seed kept as it finishes
+        write_json(path, info)  # each seed kept as it finishes
     info["summary"] = summarize(info["per_seed"], info["arms"])
     write_report(path, info, report(info))
     return info

@@ -59,7 +59,7 @@ from experiments.claims import (
     verdict,
 )
 from bepo_jax.agent.envs.pools import task_ids
-from experiments.common import ROOT, command, machine, parser, write_report
+from experiments.common import ROOT, command, machine, parser, write_json, write_report
 from experiments.readme_tables import (
     points,
     rescore_contrasts,
@@ -258,7 +258,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
                     cfg = arm_config(base, arm).replace(seed=seed)
                     runs[run_key(name, arm.label, seed)] = rescore_run(run_dir, cfg, args.tasks, games)
                     info["wall_s"] = spent + time.perf_counter() - start
-                    path.write_text(json.dumps(info, indent=2))  # each run's evaluation kept as it finishes
+                    write_json(path, info)  # each run's evaluation kept as it finishes
     info["wall_s"] = spent + time.perf_counter() - start
     info["summary"] = summarize(seeds, arms, contrasts, runs)
     write_report(path, info, report(info))
