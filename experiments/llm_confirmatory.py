@@ -8,7 +8,13 @@ there, and changing them after a run started is a deviation that the report must
 
 Every run is an ordinary run directory (runs/llm_confirmatory/ARM_sSEED): a stopped run resumes
 from its newest checkpoint when ``run`` is called again. Every start, resume and finish is logged
-with its commit in ``experiments/results/llm_confirmatory/log.jsonl``.
+with its commit in ``experiments/results/llm_confirmatory/log.jsonl``. A finished run's record
+(config.json, metrics.jsonl, held_out.json: what the report reads) is copied at once into the tracked
+``experiments/results/llm_confirmatory/runs/ARM_sSEED``; a run with a record there counts as finished,
+so a machine that loses the ignored runs/ directory loses at most the run under way (on 2026-12-05 one
+lost nine finished runs that had no such copy).
+
+    nice python -m experiments.llm_confirmatory run --no-start-after "2026-12-05 14:20"   # leave no run half done at a stop
 """
 
 from __future__ import annotations
@@ -21,9 +27,9 @@ import numpy as np
 from bepo_jax.agent.train import RunConfig, read_metrics, train
 from bepo_jax.agent.train.recipes import recipe
 from bepo_jax.agent.train.report import mean_ci, trailing_mean
-from bepo_jax.agent.train.rundir import is_finished_run_of
+from bepo_jax.agent.train.rundir import HELD_OUT_FILE, is_finished_run_of
 
-from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines
+from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines, write_text
 from .confirmatory import _events, _log, decision, holm, paired_test
 from .readme_tables import llm_confirmatory_lines, size_verdict
 
@@ -51,10 +57,34 @@ def run_dir(arm: str, seed: int, out: Path = OUT) -> Path:
     return out / f"{arm}_s{seed}"
 
 
+RECORD_FILES = ("config.json", "metrics.jsonl", HELD_OUT_FILE)  # what the report and ``pending`` read
+
+
+def record_dir(arm: str, seed: int) -> Path:
+    """The tracked copy of a finished run's record (``keep_record``)."""
+    return RESULTS_DIR / "runs" / f"{arm}_s{seed}"
+
+
+def keep_record(arm: str, seed: int, out: Path = OUT) -> Path:
+    """Copy the finished run's ``RECORD_FILES`` from its run directory into ``record_dir`` (each file
+    written atomically); an unfinished run, or a finished run of another config, raises."""
+    src, dst = run_dir(arm, seed, out), record_dir(arm, seed)
+    if not is_finished_run_of(src, config(arm, seed)):
+        raise ValueError(f"{src} holds no finished run of ({arm}, {seed}): nothing to keep; run it first.")
+    for name in RECORD_FILES:
+        if (src / name).exists():
+            write_text(dst / name, (src / name).read_text())
+    return dst
+
+
+def run_finished(arm: str, seed: int, out: Path = OUT) -> bool:
+    """The protocol's run of (arm, seed) finished: its tracked record or its run directory says so."""
+    return any(is_finished_run_of(d, config(arm, seed)) for d in (record_dir(arm, seed), run_dir(arm, seed, out)))
+
+
 def pending(out: Path = OUT, seeds=SEEDS, arms=ARMS) -> list[tuple[str, int]]:
     """The (arm, seed) runs not finished yet, in the protocol's order."""
-    return [(arm, seed) for seed in seeds for arm in arms
-            if not is_finished_run_of(run_dir(arm, seed, out), config(arm, seed))]
+    return [(arm, seed) for seed in seeds for arm in arms if not run_finished(arm, seed, out)]
 
 
 def run(out: Path = OUT, seeds=SEEDS, arms=ARMS, *, limit: Optional[int] = None) -> None:
@@ -69,17 +99,26 @@ def run(out: Path = OUT, seeds=SEEDS, arms=ARMS, *, limit: Optional[int] = None)
         done = max((r["iteration"] for r in read_metrics(d)), default=0) if resume else 0
         _log(RESULTS_DIR, event="start", arm=arm, seed=seed, commit=commit, resume_after=done if resume else None)
         train(cfg, d, resume=resume, progress=False)
+        keep_record(arm, seed, out)
         _log(RESULTS_DIR, event="finish", arm=arm, seed=seed, commit=commit)
 
 
-def run_each_in_a_process(out: Path = OUT) -> None:
+def run_each_in_a_process(out: Path = OUT, *, no_start_after: Optional[str] = None) -> None:
     """``run``, one run per fresh process (``run --one``) until none is pending: one process holding
-    run after run grew to 14.8 GB by its fourth and was killed by the kernel's OOM killer."""
+    run after run grew to 14.8 GB by its fourth and was killed by the kernel's OOM killer. With
+    ``no_start_after`` ("YYYY-MM-DD HH:MM", local time) no run starts after that moment: a session's
+    stop then cuts no run in half (a machine change between sessions would lose its checkpoints)."""
     import subprocess
     import sys
+    from datetime import datetime
 
+    deadline = None if no_start_after is None else datetime.strptime(no_start_after, "%Y-%m-%d %H:%M")
     left = pending(out)
     while left:
+        if deadline is not None and datetime.now() > deadline:
+            _log(RESULTS_DIR, event="note", text=f"No run starts after {no_start_after} (--no-start-after); "
+                 f"{len(left)} runs left, the next {left[0][0]} s{left[0][1]}.")
+            return
         r = subprocess.run([sys.executable, "-m", "experiments.llm_confirmatory", "run", "--one", "--out", str(out)])
         if r.returncode:
             raise SystemExit(f"llm_confirmatory: a run's process failed (exit {r.returncode}); run again to resume.")
@@ -103,8 +142,14 @@ def _final(d: Path) -> Optional[dict]:
             "seconds": float(sum(r.get("step_time", 0.0) for r in its))}
 
 
+def _source(arm: str, seed: int, out: Path) -> Path:
+    """Where the report reads a run: its tracked record when there is one, else its run directory."""
+    rec = record_dir(arm, seed)
+    return rec if (rec / "metrics.jsonl").exists() else run_dir(arm, seed, out)
+
+
 def report(out: Path = OUT) -> dict:
-    runs = {arm: {s: _final(run_dir(arm, s, out)) for s in SEEDS} for arm in ARMS}
+    runs = {arm: {s: _final(_source(arm, s, out)) for s in SEEDS} for arm in ARMS}
     complete = [s for s in SEEDS if all(runs[a][s] is not None for a in ARMS)]
     contrasts = {}
     for a, b in PRIMARY + SECONDARY:
@@ -143,7 +188,9 @@ def wall_hours(events: list[dict]) -> dict:
     """Wall-clock hours of the runs from the log: a segment is a logged start and the next logged event;
     it counts as ``finished`` when that event is the same run's finish, else as ``stopped`` (a session
     stop or a killed process ended it: its end is not logged, and the time to the next event includes
-    the pause until the restart, so only the number of such segments is reported)."""
+    the pause until the restart, so only the number of such segments is reported). ``finished_then_lost``
+    counts the finishes of a run that was later run again because its record was lost (their hours are
+    in ``finished_segments_hours``: compute spent)."""
     from datetime import datetime
 
     at = lambda e: datetime.strptime(e["time"], "%Y-%m-%d %H:%M:%S")
@@ -156,7 +203,9 @@ def wall_hours(events: list[dict]) -> dict:
             finished += (at(nxt) - at(e)).total_seconds() / 3600
         elif nxt is not None:
             stopped += 1
-    return {"finished_segments_hours": finished, "stopped_segments": stopped}
+    finishes = [(e["arm"], e["seed"]) for e in acts if e["event"] == "finish"]
+    lost = [run for i, run in enumerate(finishes) if run in finishes[i + 1:]]  # finished, then run again
+    return {"finished_segments_hours": finished, "stopped_segments": stopped, "finished_then_lost": len(lost)}
 
 
 def plot(res: dict, path: Path, window: int = 5) -> None:
@@ -199,7 +248,9 @@ def _markdown(res: dict) -> list[str]:
     w = res["wall"]
     lines += ["", f"Wall time of the run segments that ran to their finish: {w['finished_segments_hours']:.1f} h; "
               f"{w['stopped_segments']} segments ended before their finish by a session stop or a killed process (each "
-              "resumed from its newest checkpoint; the log's notes say which).",
+              "resumed from its newest checkpoint, or began again where its checkpoints were lost; the log's notes say "
+              f"which); {w.get('finished_then_lost', 0)} finished runs were lost with their machine and run again "
+              "(counted in the hours above).",
               "", "## Every logged start, finish and note", ""]
     lines += [f"- {e['time']}: {e['event']}" + (f" {e['arm']} s{e['seed']}" if "arm" in e else "")
               + (f" (commit {e['commit']}" + (f", resumed after iteration {e['resume_after']}"
@@ -214,7 +265,7 @@ def status(out: Path = OUT) -> None:
         row = []
         for arm in ARMS:
             d = run_dir(arm, seed, out)
-            state = ("finished" if is_finished_run_of(d, config(arm, seed)) else
+            state = ("finished" if run_finished(arm, seed, out) else
                      f"at {max((r['iteration'] for r in read_metrics(d)), default=0)}" if (d / "config.json").exists()
                      else "not started")
             row.append(f"{arm} {state}")
@@ -226,9 +277,19 @@ def main(argv=None) -> int:
     p.add_argument("action", choices=("run", "report", "status"))
     p.add_argument("--out", default=str(OUT), help="where the runs live")
     p.add_argument("--one", action="store_true", help="run: the next pending run only, in this process")
+    p.add_argument("--no-start-after", metavar="'YYYY-MM-DD HH:MM'",
+                   help="run: start no run after this local time (finish the one under way, then stop)")
     args = p.parse_args(argv)
     out = Path(args.out)
-    {"run": lambda: run(out, limit=1) if args.one else run_each_in_a_process(out), "report": lambda: report(out),
+    if args.no_start_after is not None:
+        from datetime import datetime
+
+        try:
+            datetime.strptime(args.no_start_after, "%Y-%m-%d %H:%M")
+        except ValueError:
+            p.error(f"--no-start-after {args.no_start_after!r}: write the local time as 'YYYY-MM-DD HH:MM'")
+    {"run": lambda: run(out, limit=1) if args.one else run_each_in_a_process(out, no_start_after=args.no_start_after),
+     "report": lambda: report(out),
      "status": lambda: status(out)}[args.action]()
     return 0
 

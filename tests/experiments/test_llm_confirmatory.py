@@ -53,7 +53,12 @@ def test_wall_hours_count_finished_segments_and_name_the_stopped_ones():
           {"time": "2026-12-04 20:00:00", "event": "start", "arm": "gigpo", "seed": 300},
           {"time": "2026-12-04 20:45:00", "event": "finish", "arm": "gigpo", "seed": 300},  # 0.75 h
           {"time": "2026-12-04 20:45:00", "event": "start", "arm": "gated_bepo", "seed": 300}]  # running
-    assert lc.wall_hours(ev) == {"finished_segments_hours": 1.75, "stopped_segments": 1}
+    assert lc.wall_hours(ev) == {"finished_segments_hours": 1.75, "stopped_segments": 1, "finished_then_lost": 0}
+    # the machine lost grpo s300's record; it runs again from the start (0.5 h) and counts as lost once
+    ev += [{"time": "2026-12-05 12:00:00", "event": "note", "text": "new machine"},
+           {"time": "2026-12-05 12:00:00", "event": "start", "arm": "grpo", "seed": 300},
+           {"time": "2026-12-05 12:30:00", "event": "finish", "arm": "grpo", "seed": 300}]
+    assert lc.wall_hours(ev) == {"finished_segments_hours": 2.25, "stopped_segments": 2, "finished_then_lost": 1}
 
 
 def test_every_run_is_the_recipe_with_the_protocols_overrides():
@@ -109,3 +114,47 @@ def test_the_logged_commit_ignores_the_experiments_own_results(tmp_path, monkeyp
     assert common.git_commit() == head
     (tmp_path / "code.py").write_text("x = 2\n")  # code changed: the runs must say so
     assert common.git_commit() == head + "+changes"
+
+
+def _finished_run(d, arm, seed):
+    """A finished run directory of the protocol's (arm, seed): its config.json as ``train`` stores it."""
+    _write(d, 0.25, 0.5, lc.OVERRIDES["iterations"])
+    (d / "config.json").write_text(json.dumps(lc.config(arm, seed).to_dict()))
+    (d / "held_out.json").write_text(json.dumps({"held_out": "disjoint"}))
+
+
+def test_a_finished_runs_record_outlives_its_run_directory(tmp_path, monkeypatch):
+    """``keep_record`` copies what the report reads into the tracked results; once the ignored run directory
+    is gone (a new machine), the run still counts as finished and the report reads the same numbers."""
+    import shutil
+
+    monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
+    out = tmp_path / "runs"
+    with pytest.raises(ValueError, match="no finished run"):
+        lc.keep_record("grpo", 300, out)
+    _finished_run(lc.run_dir("grpo", 300, out), "grpo", 300)
+    assert lc.pending(out)[0] == ("gigpo", 300) and not lc.record_dir("grpo", 300).exists()
+    rec = lc.keep_record("grpo", 300, out)
+    for name in lc.RECORD_FILES:
+        assert (rec / name).read_bytes() == (lc.run_dir("grpo", 300, out) / name).read_bytes()
+    shutil.rmtree(out)
+    assert lc.pending(out)[0] == ("gigpo", 300) and len(lc.pending(out)) == len(lc.SEEDS) * len(lc.ARMS) - 1
+    assert lc._final(lc._source("grpo", 300, out))["final"] == 0.5
+    # a record of another config is not taken for the protocol's run
+    cfg = json.loads((rec / "config.json").read_text())
+    (rec / "config.json").write_text(json.dumps({**cfg, "iterations": 3}))
+    with pytest.raises(ValueError, match="differs"):
+        lc.pending(out)
+
+
+def test_no_run_starts_after_the_given_time(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(lc, "pending", lambda out: [("grpo", 301)])
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: pytest.fail("a run started after the deadline"))
+    lc.run_each_in_a_process(tmp_path, no_start_after="2000-01-01 00:00")
+    note = json.loads((tmp_path / "results" / "log.jsonl").read_text().splitlines()[-1])
+    assert note["event"] == "note" and "grpo s301" in note["text"]
+    with pytest.raises(SystemExit):
+        lc.main(["run", "--no-start-after", "14:20"])
