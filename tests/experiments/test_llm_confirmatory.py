@@ -158,3 +158,19 @@ def test_no_run_starts_after_the_given_time(tmp_path, monkeypatch):
     assert note["event"] == "note" and "grpo s301" in note["text"]
     with pytest.raises(SystemExit):
         lc.main(["run", "--no-start-after", "14:20"])
+
+
+def test_the_kept_records_are_not_ignored_by_git():
+    """The records exist to be committed: no .gitignore pattern may hide them (a bare ``runs/`` once did)."""
+    import shutil
+    import subprocess
+
+    from experiments.common import ROOT
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    path = (lc.record_dir("grpo", 300) / "metrics.jsonl").relative_to(ROOT)
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", "-q", str(path)], cwd=ROOT)
+    assert ignored.returncode == 1, f"{path} is ignored by git: its record would never be committed"
+    run = (lc.run_dir("grpo", 300) / "metrics.jsonl").relative_to(ROOT)  # the run directories stay ignored
+    assert subprocess.run(["git", "check-ignore", "--no-index", "-q", str(run)], cwd=ROOT).returncode == 0
