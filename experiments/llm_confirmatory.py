@@ -19,6 +19,8 @@ lost nine finished runs that had no such copy).
 
 from __future__ import annotations
 
+import argparse
+from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
@@ -103,21 +105,30 @@ def run(out: Path = OUT, seeds=SEEDS, arms=ARMS, *, limit: Optional[int] = None)
         _log(RESULTS_DIR, event="finish", arm=arm, seed=seed, commit=commit)
 
 
-def run_each_in_a_process(out: Path = OUT, *, no_start_after: Optional[str] = None) -> None:
+DEADLINE_FORMAT = "%Y-%m-%d %H:%M"  # --no-start-after, local time
+
+
+def local_time(text: str) -> datetime:
+    """``--no-start-after``'s value: a local time written as ``DEADLINE_FORMAT``."""
+    try:
+        return datetime.strptime(text, DEADLINE_FORMAT)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write the local time as 'YYYY-MM-DD HH:MM'") from None
+
+
+def run_each_in_a_process(out: Path = OUT, *, no_start_after: Optional[datetime] = None) -> None:
     """``run``, one run per fresh process (``run --one``) until none is pending: one process holding
     run after run grew to 14.8 GB by its fourth and was killed by the kernel's OOM killer. With
-    ``no_start_after`` ("YYYY-MM-DD HH:MM", local time) no run starts after that moment: a session's
-    stop then cuts no run in half (a machine change between sessions would lose its checkpoints)."""
+    ``no_start_after`` (local time) no run starts after that moment: a session's stop then cuts no
+    run in half (a machine change between sessions would lose its checkpoints)."""
     import subprocess
     import sys
-    from datetime import datetime
 
-    deadline = None if no_start_after is None else datetime.strptime(no_start_after, "%Y-%m-%d %H:%M")
     left = pending(out)
     while left:
-        if deadline is not None and datetime.now() > deadline:
-            _log(RESULTS_DIR, event="note", text=f"No run starts after {no_start_after} (--no-start-after); "
-                 f"{len(left)} runs left, the next {left[0][0]} s{left[0][1]}.")
+        if no_start_after is not None and datetime.now() > no_start_after:
+            _log(RESULTS_DIR, event="note", text=f"No run starts after {no_start_after:{DEADLINE_FORMAT}} "
+                 f"(--no-start-after); {len(left)} runs left, the next {left[0][0]} s{left[0][1]}.")
             return
         r = subprocess.run([sys.executable, "-m", "experiments.llm_confirmatory", "run", "--one", "--out", str(out)])
         if r.returncode:
@@ -191,8 +202,6 @@ def wall_hours(events: list[dict]) -> dict:
     the pause until the restart, so only the number of such segments is reported). ``finished_then_lost``
     counts the finishes of a run that was later run again because its record was lost (their hours are
     in ``finished_segments_hours``: compute spent)."""
-    from datetime import datetime
-
     at = lambda e: datetime.strptime(e["time"], "%Y-%m-%d %H:%M:%S")
     acts = [e for e in events if e["event"] in ("start", "finish")]
     finished, stopped = 0.0, 0
@@ -277,17 +286,10 @@ def main(argv=None) -> int:
     p.add_argument("action", choices=("run", "report", "status"))
     p.add_argument("--out", default=str(OUT), help="where the runs live")
     p.add_argument("--one", action="store_true", help="run: the next pending run only, in this process")
-    p.add_argument("--no-start-after", metavar="'YYYY-MM-DD HH:MM'",
+    p.add_argument("--no-start-after", metavar="'YYYY-MM-DD HH:MM'", type=local_time,
                    help="run: start no run after this local time (finish the one under way, then stop)")
     args = p.parse_args(argv)
     out = Path(args.out)
-    if args.no_start_after is not None:
-        from datetime import datetime
-
-        try:
-            datetime.strptime(args.no_start_after, "%Y-%m-%d %H:%M")
-        except ValueError:
-            p.error(f"--no-start-after {args.no_start_after!r}: write the local time as 'YYYY-MM-DD HH:MM'")
     {"run": lambda: run(out, limit=1) if args.one else run_each_in_a_process(out, no_start_after=args.no_start_after),
      "report": lambda: report(out),
      "status": lambda: status(out)}[args.action]()

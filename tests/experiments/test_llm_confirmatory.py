@@ -153,7 +153,7 @@ def test_no_run_starts_after_the_given_time(tmp_path, monkeypatch):
     monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
     monkeypatch.setattr(lc, "pending", lambda out: [("grpo", 301)])
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: pytest.fail("a run started after the deadline"))
-    lc.run_each_in_a_process(tmp_path, no_start_after="2000-01-01 00:00")
+    lc.run_each_in_a_process(tmp_path, no_start_after=lc.local_time("2000-01-01 00:00"))
     note = json.loads((tmp_path / "results" / "log.jsonl").read_text().splitlines()[-1])
     assert note["event"] == "note" and "grpo s301" in note["text"]
     with pytest.raises(SystemExit):
