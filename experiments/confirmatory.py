@@ -83,10 +83,13 @@ def _register_chunks() -> int:
 CHUNKS = _register_chunks()
 
 
+LOG_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # each log.jsonl event's "time", local
+
+
 def _log(results: Path, **event) -> None:
     results.mkdir(parents=True, exist_ok=True)
     with open(results / "log.jsonl", "a") as f:
-        f.write(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), **event}) + "\n")
+        f.write(json.dumps({"time": time.strftime(LOG_TIME_FORMAT), **event}) + "\n")
 
 
 def _events(results: Path) -> list[dict]:

@@ -32,7 +32,7 @@ from bepo_jax.agent.train.report import mean_ci, trailing_mean
 from bepo_jax.agent.train.rundir import HELD_OUT_FILE, is_finished_run_of
 
 from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines, write_text
-from .confirmatory import _events, _log, decision, holm, paired_test
+from .confirmatory import LOG_TIME_FORMAT, _events, _log, decision, holm, paired_test
 from .readme_tables import llm_confirmatory_lines, size_verdict
 
 NAME = "llm_confirmatory"
@@ -171,6 +171,7 @@ def report(out: Path = OUT) -> dict:
                                    "against_paper": None if t is None else size_verdict(
                                        (t["mean"], t["half_width"]), PAPER.get((a, b)))}
     family_complete = len(complete) == len(SEEDS)
+    events = _events(RESULTS_DIR)
     if family_complete:
         prim = {k: c["test"]["p"] for k, c in contrasts.items() if c["primary"]}
         for k, h in holm(prim).items():
@@ -185,8 +186,8 @@ def report(out: Path = OUT) -> dict:
                                 "hours": sum(r["seconds"] for r in runs[a].values() if r) / 3600} for a in ARMS},
            "curves": {a: [runs[a][s]["train_success"] for s in complete] for a in ARMS},
            "invalid_curves": {a: [runs[a][s]["invalid_curve"] for s in complete] for a in ARMS},
-           "events": _events(RESULTS_DIR),
-           "wall": wall_hours(_events(RESULTS_DIR)),
+           "events": events,
+           "wall": wall_hours(events),
            "machine": machine()}
     write_json(RESULTS_DIR / "summary.json", res)
     write_lines(RESULTS_DIR / "report.md", _markdown(res))
@@ -202,7 +203,7 @@ def wall_hours(events: list[dict]) -> dict:
     the pause until the restart, so only the number of such segments is reported). ``finished_then_lost``
     counts the finishes of a run that was later run again because its record was lost (their hours are
     in ``finished_segments_hours``: compute spent)."""
-    at = lambda e: datetime.strptime(e["time"], "%Y-%m-%d %H:%M:%S")
+    at = lambda e: datetime.strptime(e["time"], LOG_TIME_FORMAT)
     acts = [e for e in events if e["event"] in ("start", "finish")]
     finished, stopped = 0.0, 0
     for e, nxt in zip(acts, acts[1:] + [None]):
