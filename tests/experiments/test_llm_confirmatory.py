@@ -43,6 +43,13 @@ def test_the_report_pairs_seeds_and_decides_only_when_complete(tmp_path, monkeyp
     assert "**confirmed**" in (tmp_path / "results" / "report.md").read_text()
     assert (tmp_path / "results" / "curves.png").stat().st_size > 10_000
     np.testing.assert_allclose(res["invalid_curves"]["grpo"], 0.2)
+    # the per-seed table: each arm's before -> after and each contrast's difference, from the inputs above
+    md = (tmp_path / "results" / "report.md").read_text().splitlines()
+    s = lc.SEEDS[2]
+    row = next(line for line in md if line.startswith(f"| {s} |")).strip("| ").split(" | ")
+    assert row[1:4] == [f"0.300 -> {finals[a][s]:.3f}" for a in lc.ARMS]
+    assert row[4] == f"{100 * (finals['gated_bepo'][s] - finals['grpo'][s]):+.1f}"
+    assert row[6] == f"{100 * (finals['gigpo'][s] - finals['grpo'][s]):+.1f}"
 
 
 def test_wall_hours_count_finished_segments_and_name_the_stopped_ones():
