@@ -99,7 +99,8 @@ def run(out: Path = OUT, seeds=SEEDS, arms=ARMS, *, limit: Optional[int] = None)
         cfg, d = config(arm, seed), run_dir(arm, seed, out)
         resume = (d / "config.json").exists()
         done = max((r["iteration"] for r in read_metrics(d)), default=0) if resume else 0
-        _log(RESULTS_DIR, event="start", arm=arm, seed=seed, commit=commit, resume_after=done if resume else None)
+        # a run directory with no logged iteration begins at iteration 0: a fresh start, logged as one
+        _log(RESULTS_DIR, event="start", arm=arm, seed=seed, commit=commit, resume_after=done or None)
         train(cfg, d, resume=resume, progress=False)
         keep_record(arm, seed, out)
         _log(RESULTS_DIR, event="finish", arm=arm, seed=seed, commit=commit)
@@ -262,12 +263,17 @@ def _markdown(res: dict) -> list[str]:
               f"which); {w.get('finished_then_lost', 0)} finished runs were lost with their machine and run again "
               "(counted in the hours above).",
               "", "## Every logged start, finish and note", ""]
-    lines += [f"- {e['time']}: {e['event']}" + (f" {e['arm']} s{e['seed']}" if "arm" in e else "")
-              + (f" (commit {e['commit']}" + (f", resumed after iteration {e['resume_after']}"
-                                              if e.get("resume_after") is not None else "") + ")"
-                 if e.get("commit") else "") + (f": {e['text']}" if e.get("text") else "")
-              for e in res["events"]] or ["- none yet"]
+    lines += [event_line(e) for e in res["events"]] or ["- none yet"]
     return lines
+
+
+def event_line(e: dict) -> str:
+    """One logged event as the report's list item. A start logged with ``resume_after: 0`` (older harness:
+    a run directory with a config but no iteration) began at iteration 0, so it reads as a fresh start."""
+    where = f" {e['arm']} s{e['seed']}" if "arm" in e else ""
+    resumed = f", resumed after iteration {e['resume_after']}" if e.get("resume_after") else ""
+    commit = f" (commit {e['commit']}{resumed})" if e.get("commit") else ""
+    return f"- {e['time']}: {e['event']}{where}{commit}" + (f": {e['text']}" if e.get("text") else "")
 
 
 def status(out: Path = OUT) -> None:

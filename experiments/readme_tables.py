@@ -705,7 +705,8 @@ def credit_mass(experiment: str) -> str:
 def llm_confirmatory_lines(res: dict) -> list[str]:
     """The LLM confirmatory test's tables (``llm_confirmatory.report``'s summary): every contrast with its
     paired difference, p, Holm p and decision (once the family is complete), the paper's and the character
-    policy's numbers; per arm its held-out success, invalid-command rate, gated share and hours."""
+    policy's numbers; per arm its held-out success, invalid-command rate, gated share and hours; per seed
+    each arm's held-out success before and after and each contrast's difference."""
     lines = ["| contrast | held-out success, paired difference (points), 95% t over seeds | p | Holm p | decision | "
              "the paper | against the paper | the character policy's test |", "|---|---|---|---|---|---|---|---|"]
     for name, c in res["contrasts"].items():
@@ -724,6 +725,14 @@ def llm_confirmatory_lines(res: dict) -> list[str]:
         f = lambda xs: f"{np.mean(xs):.3f}" if xs else "-"
         lines.append(f"| {a} | {f(s['final'])} | {f(s['initial'])} | {f(s['invalid_rate'])} | {f(s['gated_share'])} | "
                      f"{s['hours']:.1f} |")
+    names = list(res["contrasts"])
+    lines += ["", "| seed | " + " | ".join(f"{a}: before -> after" for a in res["arms_summary"]) + " | "
+              + " | ".join(f"{n} (points)" for n in names) + " |", "|---" * (1 + len(res["arms_summary"]) + len(names))
+              + "|"]
+    for i, seed in enumerate(res["seeds_complete"]):
+        arms = [f"{s['initial'][i]:.3f} -> {s['final'][i]:.3f}" for s in res["arms_summary"].values()]
+        diffs = [f"{res['contrasts'][n]['per_seed'][i]:+.1f}" for n in names]
+        lines.append(f"| {seed} | " + " | ".join(arms + diffs) + " |")
     return lines
 
 

@@ -43,6 +43,13 @@ def test_the_report_pairs_seeds_and_decides_only_when_complete(tmp_path, monkeyp
     assert "**confirmed**" in (tmp_path / "results" / "report.md").read_text()
     assert (tmp_path / "results" / "curves.png").stat().st_size > 10_000
     np.testing.assert_allclose(res["invalid_curves"]["grpo"], 0.2)
+    # the per-seed table: each arm's before -> after and each contrast's difference, from the inputs above
+    md = (tmp_path / "results" / "report.md").read_text().splitlines()
+    s = lc.SEEDS[2]
+    row = next(line for line in md if line.startswith(f"| {s} |")).strip("| ").split(" | ")
+    assert row[1:4] == [f"0.300 -> {finals[a][s]:.3f}" for a in lc.ARMS]
+    assert row[4] == f"{100 * (finals['gated_bepo'][s] - finals['grpo'][s]):+.1f}"
+    assert row[6] == f"{100 * (finals['gigpo'][s] - finals['grpo'][s]):+.1f}"
 
 
 def test_wall_hours_count_finished_segments_and_name_the_stopped_ones():
@@ -174,3 +181,32 @@ def test_the_kept_records_are_not_ignored_by_git():
     assert ignored.returncode == 1, f"{path} is ignored by git: its record would never be committed"
     run = (lc.run_dir("grpo", 300) / "metrics.jsonl").relative_to(ROOT)  # the run directories stay ignored
     assert subprocess.run(["git", "check-ignore", "--no-index", "-q", str(run)], cwd=ROOT).returncode == 0
+
+
+def test_a_start_says_resumed_only_after_a_logged_iteration(tmp_path, monkeypatch):
+    """``run`` logs ``resume_after`` as the last iteration its run directory logged, and ``None`` where it
+    begins at iteration 0 (no directory yet, or a config but no iteration: a stop before the first one);
+    the report's event list says "resumed" only for the former, also for a 0 logged by the older harness."""
+    monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
+    monkeypatch.setattr(lc, "git_commit", lambda: "abc1234")
+    monkeypatch.setattr(lc, "train", lambda cfg, d, **kw: None)
+    monkeypatch.setattr(lc, "keep_record", lambda arm, seed, out: None)
+    out = tmp_path / "runs"
+    stopped_early = lc.run_dir("gigpo", 300, out)  # config written, stopped before iteration 1
+    stopped_early.mkdir(parents=True)
+    (stopped_early / "config.json").write_text("{}")
+    (stopped_early / "metrics.jsonl").write_text("")
+    stopped_late = lc.run_dir("gated_bepo", 300, out)  # stopped after iteration 4
+    _write(stopped_late, 0.25, 0.5, 4)
+    (stopped_late / "config.json").write_text("{}")
+    lc.run(out, seeds=(300,))
+    starts = [json.loads(line) for line in (tmp_path / "results" / "log.jsonl").read_text().splitlines()]
+    starts = {e["arm"]: e for e in starts if e["event"] == "start"}
+    assert {a: starts[a]["resume_after"] for a in lc.ARMS} == {"grpo": None, "gigpo": None, "gated_bepo": 4}
+    lines = {a: lc.event_line(starts[a]) for a in lc.ARMS}
+    assert lines["gated_bepo"].endswith("start gated_bepo s300 (commit abc1234, resumed after iteration 4)")
+    assert lines["gigpo"].endswith("start gigpo s300 (commit abc1234)")
+    older = {**starts["gigpo"], "resume_after": 0}
+    assert "resumed" not in lc.event_line(older)
+    note = {"time": "t", "event": "note", "text": "why"}
+    assert lc.event_line(note) == "- t: note: why"
