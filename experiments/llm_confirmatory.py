@@ -146,7 +146,10 @@ def _final(d: Path) -> Optional[dict]:
     if len(evals) < 2 or evals[-1]["iteration"] != OVERRIDES["iterations"]:
         return None
     its = [r for r in rows if r["iteration"] > 0]
-    mean = lambda k: float(np.mean([r[k] for r in its if k in r])) if its else float("nan")
+    def mean(key: str) -> float:  # nan where no iteration logged it (GRPO logs no gated share)
+        values = [r[key] for r in its if key in r]
+        return float(np.mean(values)) if values else float("nan")
+
     return {"initial": evals[0]["eval/success_rate"], "final": evals[-1]["eval/success_rate"],
             "per_game": evals[-1]["eval/per_task"], "train_success": [r["success_rate"] for r in its],
             "invalid_curve": [r.get("invalid_rate", float("nan")) for r in its],

@@ -719,10 +719,11 @@ def llm_confirmatory_lines(res: dict) -> list[str]:
         label = name if c["primary"] else f"{name} (secondary)"
         lines.append(f"| {label} | {diff} | {p} | {holm_p} | {dec} | {paper} | {c['against_paper'] or ''} | "
                      f"{c['toy_policy'] or ''} |")
-    lines += ["", "| arm | held-out success after (mean over seeds) | before | invalid-command rate | gated share | "
-              "iteration hours (sum of step times, evaluations excluded) |", "|---|---|---|---|---|---|"]
+    lines += ["", "| arm | held-out success after (mean over seeds) | before | invalid-command rate | gated share (records "
+              "given step credit: gate open; GiGPO: in a step group of 2 or more) | iteration hours (sum of step "
+              "times, evaluations excluded) |", "|---|---|---|---|---|---|"]
     for a, s in res["arms_summary"].items():
-        f = lambda xs: f"{np.mean(xs):.3f}" if xs else "-"
+        f = lambda xs: f"{np.mean(xs):.3f}" if xs and not np.isnan(xs).all() else "-"
         lines.append(f"| {a} | {f(s['final'])} | {f(s['initial'])} | {f(s['invalid_rate'])} | {f(s['gated_share'])} | "
                      f"{s['hours']:.1f} |")
     names = list(res["contrasts"])
