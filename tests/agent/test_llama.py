@@ -5,6 +5,7 @@ contract, the scoring shortcut, RoPE scaling against the published formula, and 
 import math
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -114,6 +115,29 @@ def test_prefill_and_decode_steps_give_the_full_forward_logits():
         for row in range(3):
             if t == 0 or valid[row, t - 1]:
                 np.testing.assert_allclose(steps[t][row], full[row, P - 1 + t], rtol=1e-4, atol=1e-4)
+
+
+def test_prefill_makes_no_logits_at_every_prompt_position():
+    """The prefill's program holds no [N, P, vocab] value: the head runs at the last position only
+    (read from its jaxpr, the program JAX traces; the full forward's does hold one)."""
+    model = _model(vocab=211)  # a vocabulary no other dimension equals
+    N, P = 3, 10
+    tokens, mask = jnp.zeros((N, P), jnp.int32), jnp.ones((N, P), bool)
+
+    def shapes(fn):
+        jaxpr = jax.make_jaxpr(fn)(tokens, mask).jaxpr
+        found, todo = set(), [jaxpr]
+        while todo:
+            j = todo.pop()
+            for eqn in j.eqns:
+                found.update(tuple(v.aval.shape) for v in eqn.outvars)
+                todo.extend(sub.jaxpr if hasattr(sub, "jaxpr") else sub
+                            for sub in jax.extend.core.jaxprs_in_params(eqn.params))
+        return found
+
+    assert (N, P, 211) in shapes(lambda t, m: model(t, m))
+    got = shapes(lambda t, m: model.prefill(t, m, P + 4)[0])
+    assert (N, P, 211) not in got and (N, 211) in got
 
 
 def test_score_is_the_full_forward_from_start():

@@ -295,10 +295,15 @@ class LlamaLM(nnx.Module):
 
     def prefill(self, tokens: Int[Array, "N P"], mask: Bool[Array, "N P"], length: int
                 ) -> tuple[Float[Array, "N V"], LlamaCache]:
-        """Run the prompt once: the next token's logits [N, V] and a cache of ``length`` slots."""
+        """Run the prompt once: the next token's logits [N, V] and a cache of ``length`` slots.
+
+        Every block's keys and values cover the whole prompt; the last block's queries and MLP and
+        the output head run at the last position only (``score(tokens, mask, P - 1)``), so no
+        [N, P, vocab] logits are made. Equal to the full forward's last position up to float32
+        rounding (other matmul shapes)."""
         N, P = tokens.shape
         self._check(length)
-        logits, kv, captured = self._forward(tokens, mask)
+        logits, kv, captured = self._forward(tokens, mask, P - 1)
         pad = lambda x: jnp.pad(x, ((0, 0), (0, length - P)) + ((0, 0),) * (x.ndim - 2))
         cache = LlamaCache(k=tuple(pad(k) for k, _ in kv), v=tuple(pad(v) for _, v in kv),
                            valid=jnp.pad(mask.astype(bool), ((0, 0), (0, length - P))),
