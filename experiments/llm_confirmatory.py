@@ -181,13 +181,14 @@ def report(out: Path = OUT) -> dict:
         for k, h in holm(prim).items():
             contrasts[k]["holm"] = {**h, "decision": decision(contrasts[k]["test"], h)}
     res = {"command": command(NAME), "protocol": "docs/llm-confirmatory.md", "arms": ARMS, "seeds": SEEDS,
-           "overrides": OVERRIDES, "seeds_complete": complete, "family_complete": family_complete,
-           "contrasts": contrasts,
+           "overrides": OVERRIDES, "edge_iterations": EDGE, "seeds_complete": complete,
+           "family_complete": family_complete, "contrasts": contrasts,
            "arms_summary": {a: {"final": [runs[a][s]["final"] for s in complete],
                                 "initial": [runs[a][s]["initial"] for s in complete],
                                 "invalid_rate": [runs[a][s]["invalid_rate"] for s in complete],
                                 "gated_share": [runs[a][s]["gated_share"] for s in complete],
-                                "hours": sum(r["seconds"] for r in runs[a].values() if r) / 3600} for a in ARMS},
+                                "hours": sum(r["seconds"] for r in runs[a].values() if r) / 3600,
+                                **change_over_the_run([runs[a][s] for s in complete])} for a in ARMS},
            "curves": {a: [runs[a][s]["train_success"] for s in complete] for a in ARMS},
            "invalid_curves": {a: [runs[a][s]["invalid_curve"] for s in complete] for a in ARMS},
            "events": events,
@@ -198,6 +199,20 @@ def report(out: Path = OUT) -> dict:
     if complete:
         plot(res, RESULTS_DIR / "curves.png")
     return res
+
+
+EDGE = 5  # iterations averaged at each end of a run's curves (the plot's trailing window)
+
+
+def change_over_the_run(runs: list[dict]) -> dict:
+    """How an arm moved over its runs (descriptive, not a tested contrast): the held-out change after -
+    before in points with its 95% t half-width over seeds, and the training success and invalid-command
+    rate averaged over the first and the last ``EDGE`` iterations (mean over seeds)."""
+    if not runs:
+        return {}
+    edges = lambda key: [float(np.mean([r[key][:EDGE] for r in runs])), float(np.mean([r[key][-EDGE:] for r in runs]))]
+    return {"held_out_change": mean_ci([100 * (r["final"] - r["initial"]) for r in runs]),
+            "train_success_first_last": edges("train_success"), "invalid_rate_first_last": edges("invalid_curve")}
 
 
 def wall_hours(events: list[dict]) -> dict:
@@ -222,7 +237,7 @@ def wall_hours(events: list[dict]) -> dict:
     return {"finished_segments_hours": finished, "stopped_segments": stopped, "finished_then_lost": len(lost)}
 
 
-def plot(res: dict, path: Path, window: int = 5) -> None:
+def plot(res: dict, path: Path, window: int = EDGE) -> None:
     """Training success and invalid-command rate per iteration (trailing mean over ``window``
     iterations; mean over the complete seeds with its 95% t band over seeds), and held-out success
     before and after per seed (thin lines) and its mean over seeds (thick)."""

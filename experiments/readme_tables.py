@@ -719,13 +719,22 @@ def llm_confirmatory_lines(res: dict) -> list[str]:
         label = name if c["primary"] else f"{name} (secondary)"
         lines.append(f"| {label} | {diff} | {p} | {holm_p} | {dec} | {paper} | {c['against_paper'] or ''} | "
                      f"{c['toy_policy'] or ''} |")
-    lines += ["", "| arm | held-out success after (mean over seeds) | before | invalid-command rate | gated share (records "
-              "given step credit: gate open; GiGPO: in a step group of 2 or more) | iteration hours (sum of step "
-              "times, evaluations excluded) |", "|---|---|---|---|---|---|"]
+    lines += ["", "| arm | held-out success after (mean over seeds) | before | invalid-command rate (all iterations) | "
+              "gated share (records given step credit: gate open; GiGPO: in a step group of 2 or more) | "
+              "iteration hours (sum of step times, evaluations excluded) |", "|---|---|---|---|---|---|"]
     for a, s in res["arms_summary"].items():
         f = lambda xs: f"{np.mean(xs):.3f}" if xs and not np.isnan(xs).all() else "-"
         lines.append(f"| {a} | {f(s['final'])} | {f(s['initial'])} | {f(s['invalid_rate'])} | {f(s['gated_share'])} | "
                      f"{s['hours']:.1f} |")
+    edge = res.get("edge_iterations", 5)
+    n_its = res["overrides"]["iterations"]
+    ends = f"iterations 1-{edge} -> {n_its - edge + 1}-{n_its}"
+    lines += ["", "| arm (descriptive, not a tested contrast) | held-out change after - before (points), 95% t over "
+              f"seeds | training success, {ends} | invalid-command rate, {ends} |", "|---|---|---|---|"]
+    for a, s in res["arms_summary"].items():
+        if "held_out_change" in s:
+            (m, h), tr, inv = s["held_out_change"], s["train_success_first_last"], s["invalid_rate_first_last"]
+            lines.append(f"| {a} | {m:+.1f} +- {h:.1f} | {tr[0]:.3f} -> {tr[1]:.3f} | {inv[0]:.3f} -> {inv[1]:.3f} |")
     names = list(res["contrasts"])
     lines += ["", "| seed | " + " | ".join(f"{a}: before -> after" for a in res["arms_summary"]) + " | "
               + " | ".join(f"{n} (points)" for n in names) + " |", "|---" * (1 + len(res["arms_summary"]) + len(names))

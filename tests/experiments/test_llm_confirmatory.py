@@ -50,6 +50,15 @@ def test_the_report_pairs_seeds_and_decides_only_when_complete(tmp_path, monkeyp
     assert row[1:4] == [f"0.300 -> {finals[a][s]:.3f}" for a in lc.ARMS]
     assert row[4] == f"{100 * (finals['gated_bepo'][s] - finals['grpo'][s]):+.1f}"
     assert row[6] == f"{100 * (finals['gigpo'][s] - finals['grpo'][s]):+.1f}"
+    # how each arm moved: held-out change over seeds; training success and invalid rate at the run's two ends
+    change = [100 * (finals["gigpo"][s] - 0.3) for s in lc.SEEDS]
+    m, h = res["arms_summary"]["gigpo"]["held_out_change"]
+    assert abs(m - np.mean(change)) < 1e-9
+    assert abs(h - stats.t.ppf(0.975, 5) * np.std(change, ddof=1) / np.sqrt(6)) < 1e-9
+    assert res["arms_summary"]["gigpo"]["train_success_first_last"] == [0.5, 0.5]
+    gigpo_row = next(line for line in md if line.startswith("| gigpo | ") and "->" in line)
+    assert gigpo_row == f"| gigpo | {m:+.1f} +- {h:.1f} | 0.500 -> 0.500 | 0.200 -> 0.200 |"
+    assert next(line for line in md if line.startswith("| grpo | 0.")).split(" | ")[4] == "-"  # no gated share
 
 
 def test_wall_hours_count_finished_segments_and_name_the_stopped_ones():
