@@ -348,24 +348,34 @@ def _confirmatory_headline(c: dict) -> list[str]:
     return lines
 
 
+def _llm_confirmatory_headline(res: dict) -> list[str]:
+    """The LLM confirmatory test's contrasts as README bullets (``llm_confirmatory.report``'s summary): the
+    interval, Holm's decision for the primary ones once every run has finished (before, only the count)."""
+    intro = ("The LLM confirmatory test, fixed in advance (docs/llm-confirmatory.md: SmolLM2-135M-Instruct in "
+             f"TextWorld, {len(res['seeds'])} fresh seeds, paired, held-out success on 96 episodes in points, 95% t "
+             "over seeds; Holm over its two primary contrasts; `experiments/results/llm_confirmatory/summary.json`)")
+    if not res["family_complete"]:
+        return [f"{intro}: {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete, no decision yet."]
+    lines = [f"{intro}: every run finished, Holm's decisions:", ""]
+    for name, c in res["contrasts"].items():
+        t, h = c["test"], c.get("holm")
+        mh = (t["mean"] / 100, t["half_width"] / 100)
+        lines.append(f"- {name}{'' if c['primary'] else ' (secondary)'}: **{points(mh)}** ({t['seeds_above_0']}/"
+                     f"{t['seeds']} seeds > 0), {_verdict(mh)}"
+                     + (f"; Holm p {p_value(h['holm_p'])}, **{h['decision']}**" if h else "")
+                     + ("" if c["paper"] is None else f"; the paper {c['paper']:+.1f}: {c['against_paper']}")
+                     + (f"; the character policy's test {c['toy_policy']}" if c["toy_policy"] else ""))
+    return lines
+
+
 def headline() -> str:
-    """README's findings: the confirmatory test's primary contrasts (confirmatory.json), then the claims at
-    the main job's recipe in one list (e1_recipe, exploratory)."""
-    d = _load("e1_recipe.json")
-    ps = d["per_seed"]
-    lines = [*_confirmatory_headline(_load("confirmatory.json")), "",
-             f"Exploratory (uncorrected intervals), at the main job's recipe (held-out success on its 128 held-out levels, drawn apart from training by seed: about 1 in 13 repeats a training level, docs/results.md; paired "
-             f"differences in points, 95% t over {d['seeds']} seeds; `experiments/results/e1_recipe.json`):", ""]
-    n = 0
-    for claim, paper, value, source, a, b in CLAIMS:
-        if a not in ps or b not in ps:
-            continue
-        held = _paired(ps[a], ps[b], "held_out_after")
-        size = size_verdict((100 * held[0], 100 * held[1]), value)
-        lines.append(f"- {claim} ({a} - {b}): **{points(held)}**, {_verdict(held)}"
-                     + ("" if value is None else f"; the paper {value:+.1f}: {size}"))
-        n += 1
-    return "\n".join(lines + ["", chance_line(n)])
+    """README's findings: the confirmatory test's primary contrasts (confirmatory.json), then the LLM
+    confirmatory test's contrasts (llm_confirmatory/summary.json). The exploratory claims at the main job's
+    recipe (e1_recipe) are docs/results.md's ``claims_e1_recipe`` table."""
+    path = RESULTS / "llm_confirmatory" / "summary.json"
+    llm = _llm_confirmatory_headline(json.loads(path.read_text())) if path.exists() else [
+        "The LLM confirmatory test (docs/llm-confirmatory.md): not finished, no report yet."]
+    return "\n".join([*_confirmatory_headline(_load("confirmatory.json")), "", *llm])
 
 
 def _arm_cells(s: dict) -> str:

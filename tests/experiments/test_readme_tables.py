@@ -78,17 +78,26 @@ def test_the_llm_confirmatory_tables_wait_for_every_run(tmp_path, monkeypatch):
     assert mod.llm_confirmatory().startswith("Not finished: no report yet")
     t = {"mean": 4.0, "half_width": 3.0, "seeds_above_0": 5, "seeds": 6, "p": 0.02}
     res = {"seeds": [300, 301], "seeds_complete": [300], "family_complete": False,
+           "overrides": {"iterations": 30}, "edge_iterations": 5,
            "contrasts": {"gated_bepo - grpo": {"primary": True, "test": t, "paper": 13.4, "toy_policy": "+7.3",
-                                               "against_paper": "smaller", "holm": {"holm_p": 0.04,
-                                                                                    "decision": "confirmed"}}},
+                                               "against_paper": "smaller", "per_seed": [2.5, -1.0],
+                                               "holm": {"holm_p": 0.04, "decision": "confirmed"}}},
            "arms_summary": {"grpo": {"final": [0.2, 0.3], "initial": [0.1, 0.1], "invalid_rate": [0.1, 0.3],
-                                     "gated_share": [], "hours": 1.25}}}
+                                     "gated_share": [float("nan")] * 2, "hours": 1.25,
+                                     "held_out_change": [15.0, 8.5], "train_success_first_last": [0.25, 0.5],
+                                     "invalid_rate_first_last": [0.4, 0.125]}}}
     (tmp_path / "llm_confirmatory").mkdir()
     (tmp_path / "llm_confirmatory" / "summary.json").write_text(json.dumps(res))
     partial = mod.llm_confirmatory()
     assert partial.startswith("Not finished: 1 of 2 seeds") and "+4.0" not in partial
-    res["family_complete"] = True
+    assert "+4.0" not in "\n".join(mod._llm_confirmatory_headline(res))
+    res["family_complete"], res["seeds_complete"] = True, [300, 301]
     (tmp_path / "llm_confirmatory" / "summary.json").write_text(json.dumps(res))
     table = mod.llm_confirmatory()
     assert "| gated_bepo - grpo | +4.0 +- 3.0 (5/6 seeds > 0) | 0.020 | 0.040 | **confirmed** | +13.4 | smaller |" in table
     assert "| grpo | 0.250 | 0.100 | 0.200 | - | 1.2 |" in table
+    assert "| grpo | +15.0 +- 8.5 | 0.250 -> 0.500 | 0.400 -> 0.125 |" in table
+    assert "| 301 | 0.100 -> 0.300 | -1.0 |" in table
+    bullets = mod._llm_confirmatory_headline(res)
+    assert bullets[2] == ("- gated_bepo - grpo: **+4.0 +- 3.0** (5/6 seeds > 0), above 0; Holm p 0.040, **confirmed**; "
+                          "the paper +13.4: smaller; the character policy's test +7.3")
