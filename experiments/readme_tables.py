@@ -736,15 +736,15 @@ def llm_confirmatory_lines(res: dict) -> list[str]:
         f = lambda xs: f"{np.mean(xs):.3f}" if xs and not np.isnan(xs).all() else "-"
         lines.append(f"| {a} | {f(s['final'])} | {f(s['initial'])} | {f(s['invalid_rate'])} | {f(s['gated_share'])} | "
                      f"{s['hours']:.1f} |")
-    edge = res.get("edge_iterations", 5)
-    n_its = res["overrides"]["iterations"]
+    edge, n_its = res["edge_iterations"], res["overrides"]["iterations"]
     ends = f"iterations 1-{edge} -> {n_its - edge + 1}-{n_its}"
     lines += ["", "| arm (descriptive, not a tested contrast) | held-out change after - before (points), 95% t over "
               f"seeds | training success, {ends} | invalid-command rate, {ends} |", "|---|---|---|---|"]
     for a, s in res["arms_summary"].items():
-        if "held_out_change" in s:
-            (m, h), tr, inv = s["held_out_change"], s["train_success_first_last"], s["invalid_rate_first_last"]
-            lines.append(f"| {a} | {m:+.1f} +- {h:.1f} | {tr[0]:.3f} -> {tr[1]:.3f} | {inv[0]:.3f} -> {inv[1]:.3f} |")
+        if "held_out_change" not in s:  # no seed complete yet
+            continue
+        (m, h), tr, inv = s["held_out_change"], s["train_success_first_last"], s["invalid_rate_first_last"]
+        lines.append(f"| {a} | {m:+.1f} +- {h:.1f} | {tr[0]:.3f} -> {tr[1]:.3f} | {inv[0]:.3f} -> {inv[1]:.3f} |")
     names = list(res["contrasts"])
     lines += ["", "| seed | " + " | ".join(f"{a}: before -> after" for a in res["arms_summary"]) + " | "
               + " | ".join(f"{n} (points)" for n in names) + " |", "|---" * (1 + len(res["arms_summary"]) + len(names))

@@ -21,6 +21,7 @@ def _write(d, initial, final, iterations):
 
 def test_the_report_pairs_seeds_and_decides_only_when_complete(tmp_path, monkeypatch):
     monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
+    assert lc.report(tmp_path / "runs")["seeds_complete"] == []  # before any run finished: a report, no numbers
     n = lc.OVERRIDES["iterations"]
     rng = np.random.default_rng(0)
     finals = {a: {s: float(rng.uniform(0.2, 0.6)) for s in lc.SEEDS} for a in lc.ARMS}
