@@ -338,14 +338,19 @@ def _confirmatory_headline(c: dict) -> list[str]:
         if t is None:
             lines.append(f"- {label} ({name}): not run yet")
             continue
-        r, mh = c["contrasts"][name], (t["mean"] / 100, t["half_width"] / 100)
-        h = r.get("holm")
+        r = c["contrasts"][name]
         value = r["paper"][0]
-        lines.append(f"- {label} ({name}): **{points(mh)}** ({t['seeds_above_0']}/{t['seeds']} seeds > 0), "
-                     f"{_verdict(mh)}"
-                     + (f"; Holm p {p_value(h['holm_p'])}, **{h['decision']}**" if h else "")
-                     + ("" if value is None else f"; the paper {value:+.1f}: {size_of(t, r)}"))
+        lines.append(_contrast_bullet(f"{label} ({name})", t, r.get("holm"),
+                                      "" if value is None else f"; the paper {value:+.1f}: {size_of(t, r)}"))
     return lines
+
+
+def _contrast_bullet(label: str, t: dict, holm: dict | None, after: str = "") -> str:
+    """A confirmatory contrast as a README bullet: its paired interval (points) with the seeds above 0 and
+    the plain reading, Holm's p and decision where the family is complete, then ``after``."""
+    mh = (t["mean"] / 100, t["half_width"] / 100)
+    return (f"- {label}: **{points(mh)}** ({t['seeds_above_0']}/{t['seeds']} seeds > 0), {_verdict(mh)}"
+            + (f"; Holm p {p_value(holm['holm_p'])}, **{holm['decision']}**" if holm else "") + after)
 
 
 def _llm_confirmatory_headline(res: dict) -> list[str]:
@@ -358,13 +363,10 @@ def _llm_confirmatory_headline(res: dict) -> list[str]:
         return [f"{intro}: {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete, no decision yet."]
     lines = [f"{intro}: every run finished, Holm's decisions:", ""]
     for name, c in res["contrasts"].items():
-        t, h = c["test"], c.get("holm")
-        mh = (t["mean"] / 100, t["half_width"] / 100)
-        lines.append(f"- {name}{'' if c['primary'] else ' (secondary)'}: **{points(mh)}** ({t['seeds_above_0']}/"
-                     f"{t['seeds']} seeds > 0), {_verdict(mh)}"
-                     + (f"; Holm p {p_value(h['holm_p'])}, **{h['decision']}**" if h else "")
-                     + ("" if c["paper"] is None else f"; the paper {c['paper']:+.1f}: {c['against_paper']}")
-                     + (f"; the character policy's test {c['toy_policy']}" if c["toy_policy"] else ""))
+        paper = "" if c["paper"] is None else f"; the paper {c['paper']:+.1f}: {c['against_paper']}"
+        toy = f"; the character policy's test {c['toy_policy']}" if c["toy_policy"] else ""
+        lines.append(_contrast_bullet(name if c["primary"] else f"{name} (secondary)", c["test"], c.get("holm"),
+                                      paper + toy))
     return lines
 
 
@@ -372,9 +374,9 @@ def headline() -> str:
     """README's findings: the confirmatory test's primary contrasts (confirmatory.json), then the LLM
     confirmatory test's contrasts (llm_confirmatory/summary.json). The exploratory claims at the main job's
     recipe (e1_recipe) are docs/results.md's ``claims_e1_recipe`` table."""
-    path = RESULTS / "llm_confirmatory" / "summary.json"
-    llm = _llm_confirmatory_headline(json.loads(path.read_text())) if path.exists() else [
-        "The LLM confirmatory test (docs/llm-confirmatory.md): not finished, no report yet."]
+    res = _llm_confirmatory_summary()
+    llm = ["The LLM confirmatory test (docs/llm-confirmatory.md): not finished, no report yet."] if res is None \
+        else _llm_confirmatory_headline(res)
     return "\n".join([*_confirmatory_headline(_load("confirmatory.json")), "", *llm])
 
 
@@ -756,14 +758,19 @@ def llm_confirmatory_lines(res: dict) -> list[str]:
     return lines
 
 
+def _llm_confirmatory_summary() -> dict | None:
+    """``llm_confirmatory.report``'s summary, or None before its first report."""
+    path = RESULTS / "llm_confirmatory" / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def llm_confirmatory() -> str:
     """``python -m experiments.llm_confirmatory report``'s tables once every run has finished; before, how many
     seeds are complete (no number before the decision)."""
-    path = RESULTS / "llm_confirmatory" / "summary.json"
-    if not path.exists():
+    res = _llm_confirmatory_summary()
+    if res is None:
         return ("Not finished: no report yet (`python -m experiments.llm_confirmatory status` shows each run); "
                 "the numbers come here when all 18 runs have finished.")
-    res = json.loads(path.read_text())
     if not res["family_complete"]:
         return (f"Not finished: {len(res['seeds_complete'])} of {len(res['seeds'])} seeds have every arm finished; "
                 "the numbers come here when every run has.")
