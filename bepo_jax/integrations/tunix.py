@@ -46,15 +46,16 @@ bepo_jax estimator at the step level (docs/tunix.md has the whole contract):
 Also here: ``register_tunix_estimators()`` (every estimator in Tunix's advantage registry
 as "bepo_jax/<name>", and under its plain name where Tunix has none, for Tunix's
 single-reward learners: each trajectory is one step from one shared state),
-``fresh_sampling_seeds`` (applied by the learner to Tunix's vanilla engine by default) and
-``unpad_multi_turn``. Every touch of Tunix's internals is listed and checked in
-``tunix_compat``.
+``fresh_sampling_seeds`` and ``serial_model_calls`` (both applied by the learner to Tunix's
+vanilla engine by default) and ``unpad_multi_turn``. Every touch of Tunix's internals is
+listed and checked in ``tunix_compat``.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import inspect
 import json
 import logging
@@ -502,6 +503,31 @@ def fresh_sampling_seeds(rl_cluster, seed: int = 0) -> None:
     rollout.generate = generate_with_fresh_key
 
 
+def serial_model_calls(rl_cluster) -> None:
+    """Make the cluster's rollout calls one at a time (idempotent): a lock around ``generate``.
+
+    JAX 0.12's jit is not safe when several threads make the first call of one jitted function
+    at once (a cache miss in each): Tunix's vanilla sampler does that under ``max_concurrency`` >
+    1, every time a sampler meets a new shape, and the process segfaults then or at exit, or hangs
+    at exit in ``jax.clear_backends`` (docs/tunix.md, "Sampling"). With the lock the episodes stay
+    concurrent -- their environment steps, parsing and the collect engine's bookkeeping -- and only
+    the model calls queue; on one device they shared it anyway. ``StepCreditGRPOLearner`` applies
+    it to the vanilla engine unless ``serial_generate=False``; apply it after
+    ``fresh_sampling_seeds`` so that the keys' own small programs run under the lock too."""
+    rollout = rl_cluster.rollout
+    if getattr(rollout.generate, "bepo_serial", False):
+        return
+    generate, lock = rollout.generate, threading.Lock()
+
+    @functools.wraps(generate)  # keeps bepo_fresh_seeds: fresh_sampling_seeds stays idempotent
+    def generate_one_at_a_time(*args, **kwargs):
+        with lock:
+            return generate(*args, **kwargs)
+
+    generate_one_at_a_time.bepo_serial = True
+    rollout.generate = generate_one_at_a_time
+
+
 class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
     """Tunix's agentic GRPO learner with bepo_jax step credit (module docstring).
 
@@ -514,13 +540,15 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
     on_credit(GroupCredit): called for every group credited.
     sampling_seed: the base key of ``fresh_sampling_seeds``, applied to the vanilla
       rollout engine (None: leave Tunix's sampling as it is).
+    serial_generate: the vanilla engine's model calls one at a time (``serial_model_calls``;
+      False: as Tunix makes them, concurrently, which can crash JAX 0.12 under max_concurrency > 1).
     Refused: sequence packing (``max_seq_token_per_tpu``): Tunix 0.1.7's unpacking cuts a
     multi-turn stream at sum(mask) tokens and drops its tail (``unpad_multi_turn``)."""
 
     def __init__(self, *args, state_fn: Callable[[Sequence[dict], Any], str] = conversation_state,
                  outcome_fn: Optional[Callable[[dict], int]] = None,
                  on_credit: Optional[Callable[[GroupCredit], None]] = None,
-                 sampling_seed: Optional[int] = 0, **kwargs):
+                 sampling_seed: Optional[int] = 0, serial_generate: bool = True, **kwargs):
         tunix_compat.check_tunix()
         cfg = kwargs.get("algo_config", args[1] if len(args) > 1 else None)
         if not isinstance(cfg, StepCreditConfig):
@@ -528,6 +556,8 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
                              f"estimator_config), got {type(cfg).__name__}.")
         if outcome_fn is not None and not callable(outcome_fn):
             raise ValueError("StepCreditGRPOLearner: outcome_fn must be callable(trajectory) -> outcome code.")
+        if not isinstance(serial_generate, bool):
+            raise ValueError(f"StepCreditGRPOLearner: serial_generate must be True or False, got {serial_generate!r}.")
         self._state_fn = _check_state_fn(state_fn)
         self._sampling_repeats = _Repeats()  # sampling keys by (group, trajectory, turn, repeat): fresh_sampling_seeds
         self.buckets = BucketWatch()  # the credit programs' shapes: overflows after warm-up are counted and said
@@ -546,8 +576,11 @@ class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):
                              "which cuts a multi-turn stream and drops its last assistant tokens and their "
                              "advantages (bepo_jax.integrations.tunix.unpad_multi_turn is the correct cut). "
                              "Set max_seq_token_per_tpu=None.")
-        if sampling_seed is not None and engine.cluster_config.rollout_engine == "vanilla":
-            fresh_sampling_seeds(engine, sampling_seed)
+        if engine.cluster_config.rollout_engine == "vanilla":
+            if sampling_seed is not None:
+                fresh_sampling_seeds(engine, sampling_seed)
+            if serial_generate:
+                serial_model_calls(engine)
 
     @property
     def _engine(self):
@@ -764,4 +797,5 @@ _PER_TOKEN = ("completion_ids", "advantages", "ref_per_token_logps", "old_per_to
 
 __all__ = ["StepCreditConfig", "StepCreditGRPOLearner", "StepCollectEngine", "GroupCredit", "Ending",
            "register_tunix_estimators", "conversation_state", "split_groups", "fresh_sampling_seeds",
+           "serial_model_calls",
            "unpad_multi_turn", "Turn"]

@@ -12,8 +12,8 @@ Tunix's main branch renames the learner's ``rl_cluster`` to ``rl_engine``, accep
 * ``BaseTaskEnv._step_impl`` of the episode's environment instance (wrapped on that
   instance only: whether the environment itself ended the episode or its step limit did);
 * the learner's engine (``rl_engine`` or ``rl_cluster``): ``buffer_metrics_async``,
-  ``cluster_config``, ``rollout`` (``fresh_sampling_seeds`` wraps that one rollout
-  object's ``generate``).
+  ``cluster_config``, ``rollout`` (``fresh_sampling_seeds`` and ``serial_model_calls`` wrap
+  that one rollout object's ``generate``).
 
 Nothing is patched process-wide. ``check_tunix()`` runs when a learner is built and
 raises a ``TunixVersionError`` naming what is missing and the supported versions, so a

@@ -334,6 +334,8 @@ def test_config_and_learner_refuse_bad_input():
     assert bt.StepCreditConfig(num_generations=2, advantage_estimator="bepo_jax/gigpo").step_estimator == "gigpo"
     with pytest.raises(ValueError, match="sequence packing"):
         ta.make_learner(ta.make_cluster(training={"max_seq_token_per_tpu": 256}))
+    with pytest.raises(ValueError, match="serial_generate must be True or False"):
+        ta.make_learner(ta.make_cluster(), learner={"serial_generate": "yes"})
 
 
 def test_the_vanilla_engine_gets_fresh_sampling_keys_by_default(trained):
@@ -618,6 +620,63 @@ def test_sampling_keys_follow_group_trajectory_and_turn_not_thread_order():
     one, four = _first_step_streams(1), _first_step_streams(4)
     assert len(one) == 8 and one == four  # the same tokens for each (group, trajectory), whatever the concurrency
     assert len(set(one.values())) > 1
+
+
+def _model_calls_at_once(serial_generate):
+    """The most model calls that were inside the vanilla engine at one time during one training
+    step with 4 threads, counted where the learner's calls reach the engine. The engine itself is
+    entered one call at a time either way (the spy's own lock: concurrent first calls crash JAX 0.12)."""
+    import threading
+    import time
+
+    ta.RoomsEnv.LOG.clear()
+    cluster = ta.make_cluster(micro_batch=2, steps=1)
+    generate, counter, engine = cluster.rollout.generate, threading.Lock(), threading.Lock()
+    now, most = [0], [0]
+
+    def spy(*args, **kwargs):
+        with counter:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        try:
+            time.sleep(0.05)  # long enough for another thread's call to arrive, if the learner lets it
+            with engine:
+                return generate(*args, **kwargs)
+        finally:
+            with counter:
+                now[0] -= 1
+
+    cluster.rollout.generate = spy
+    learner = ta.make_learner(cluster, "gated_bepo", max_concurrency=4,
+                              learner={"serial_generate": serial_generate, "sampling_seed": None})
+    learner.train(ta.prompts(2, 2))
+    assert cluster.global_steps == 1
+    return most[0]
+
+
+def test_the_vanilla_engine_gets_one_model_call_at_a_time():
+    assert _model_calls_at_once(serial_generate=True) == 1
+    assert _model_calls_at_once(serial_generate=False) > 1  # the control: Tunix's threads do call at once
+
+
+def test_serial_model_calls_is_idempotent_and_keeps_the_fresh_keys():
+    from types import SimpleNamespace
+
+    seen = []
+    cluster = SimpleNamespace(rollout=SimpleNamespace(generate=lambda prompts, config: seen.append(config.seed)))
+    bt.fresh_sampling_seeds(cluster, 7)
+    bt.serial_model_calls(cluster)
+    wrapped = cluster.rollout.generate
+    bt.serial_model_calls(cluster)
+    bt.fresh_sampling_seeds(cluster, 7)  # already fresh: not wrapped again
+    assert cluster.rollout.generate is wrapped
+    from tunix.rl.rollout import base_rollout
+
+    cluster.rollout.generate(["go"], base_rollout.RolloutConfig())
+    cluster.rollout.generate(["go"], base_rollout.RolloutConfig())
+    # the i-th call outside a collect engine samples with fold_in(PRNGKey(seed), i)
+    want = [jax.random.fold_in(jax.random.PRNGKey(7), i) for i in (1, 2)]
+    np.testing.assert_array_equal(np.asarray(seen), np.asarray(want))
 
 
 def test_the_loss_is_read_from_either_tunix_form():
