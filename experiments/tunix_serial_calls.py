@@ -89,6 +89,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.learners < 2 or args.processes < 1:
         p.error("--learners must be at least 2 (a 4-thread learner is every second one) and --processes at least 1")
+    try:
+        import tunix  # noqa: F401
+    except ImportError:
+        p.error("Tunix is not installed here: run this with Python 3.12's environment (make install-py312; "
+                ".venv312/bin/python -m experiments.tunix_serial_calls)")
     if args.child:
         child(args.learners, bool(args.serial))
         return 0
