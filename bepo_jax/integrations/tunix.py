@@ -484,23 +484,33 @@ def fresh_sampling_seeds(rl_cluster, seed: int = 0) -> None:
     ``sampling_seed=None``."""
     import jax
 
+    def fresh_keys(generate):
+        calls = _Repeats()  # the calls made outside a collect engine, counted
+
+        def generate_with_fresh_key(prompts, rollout_config, *args, **kwargs):
+            key = jax.random.PRNGKey(seed)
+            identity = getattr(_SAMPLING, "identity", None)
+            if identity is None:
+                identity = (calls.next(()) + 1,)
+            for part in identity:
+                key = jax.random.fold_in(key, part)
+            return generate(prompts, dataclasses.replace(rollout_config, seed=key), *args, **kwargs)
+
+        return generate_with_fresh_key
+
+    _wrap_generate(rl_cluster, "bepo_fresh_seeds", fresh_keys)
+
+
+def _wrap_generate(rl_cluster, marker: str, wrapper: Callable[[Callable], Callable]) -> None:
+    """Replace the cluster's ``rollout.generate`` by ``wrapper(generate)`` unless a wrapper marked
+    ``marker`` is already in it (idempotent, in any order: each wrapper carries the markers of the
+    ones inside it)."""
     rollout = rl_cluster.rollout
-    if getattr(rollout.generate, "bepo_fresh_seeds", False):
+    if getattr(rollout.generate, marker, False):
         return
-    generate = rollout.generate
-    calls = _Repeats()  # the calls made outside a collect engine, counted
-
-    def generate_with_fresh_key(prompts, rollout_config, *args, **kwargs):
-        key = jax.random.PRNGKey(seed)
-        identity = getattr(_SAMPLING, "identity", None)
-        if identity is None:
-            identity = (calls.next(()) + 1,)
-        for part in identity:
-            key = jax.random.fold_in(key, part)
-        return generate(prompts, dataclasses.replace(rollout_config, seed=key), *args, **kwargs)
-
-    generate_with_fresh_key.bepo_fresh_seeds = True
-    rollout.generate = generate_with_fresh_key
+    wrapped = functools.wraps(rollout.generate)(wrapper(rollout.generate))
+    setattr(wrapped, marker, True)
+    rollout.generate = wrapped
 
 
 def serial_model_calls(rl_cluster) -> None:
@@ -514,18 +524,16 @@ def serial_model_calls(rl_cluster) -> None:
     the model calls queue; on one device they shared it anyway. ``StepCreditGRPOLearner`` applies
     it to the vanilla engine unless ``serial_generate=False``; apply it after
     ``fresh_sampling_seeds`` so that the keys' own small programs run under the lock too."""
-    rollout = rl_cluster.rollout
-    if getattr(rollout.generate, "bepo_serial", False):
-        return
-    generate, lock = rollout.generate, threading.Lock()
+    def one_at_a_time(generate):
+        lock = threading.Lock()
 
-    @functools.wraps(generate)  # keeps bepo_fresh_seeds: fresh_sampling_seeds stays idempotent
-    def generate_one_at_a_time(*args, **kwargs):
-        with lock:
-            return generate(*args, **kwargs)
+        def generate_one_at_a_time(*args, **kwargs):
+            with lock:
+                return generate(*args, **kwargs)
 
-    generate_one_at_a_time.bepo_serial = True
-    rollout.generate = generate_one_at_a_time
+        return generate_one_at_a_time
+
+    _wrap_generate(rl_cluster, "bepo_serial", one_at_a_time)
 
 
 class StepCreditGRPOLearner(agentic_grpo_learner.GRPOLearner):

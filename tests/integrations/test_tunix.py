@@ -677,6 +677,13 @@ def test_serial_model_calls_is_idempotent_and_keeps_the_fresh_keys():
     # the i-th call outside a collect engine samples with fold_in(PRNGKey(seed), i)
     want = [jax.random.fold_in(jax.random.PRNGKey(7), i) for i in (1, 2)]
     np.testing.assert_array_equal(np.asarray(seen), np.asarray(want))
+    # the other order: each wrapper still seen inside the other
+    other = SimpleNamespace(rollout=SimpleNamespace(generate=lambda prompts, config: None))
+    bt.serial_model_calls(other)
+    bt.fresh_sampling_seeds(other, 7)
+    wrapped = other.rollout.generate
+    bt.serial_model_calls(other)
+    assert other.rollout.generate is wrapped
 
 
 def test_the_loss_is_read_from_either_tunix_form():
