@@ -5,6 +5,7 @@
     bepo-jax sft     --recipe main_job --noise 0.5 --out runs/warm   (a supervised warm start)
     bepo-jax train   --recipe main_job --init-from runs/warm          (RL from it)
     bepo-jax eval    --checkpoint runs/x [--tasks 64]
+    bepo-jax eval    --checkpoint runs/llm --games DIR | --game-seeds A-B [--quest-length 2] [--out eval.json]
     bepo-jax demo    (every estimator on the paper's four trajectory patterns)
     bepo-jax credit  --env key_door --estimators grpo,gigpo,gated_bepo --group-sizes 2,4,8,16 --out DIR
 """
@@ -159,10 +160,48 @@ def _distributed(args: argparse.Namespace):
 
 def _eval(args: argparse.Namespace) -> int:
     from .agent.train import load_run
+    from .agent.train import game_eval
 
-    setup, state, it = load_run(args.checkpoint)
-    ev = setup.evaluate(state.params, n_tasks=args.tasks, seed=args.seed)
-    print(json.dumps({"checkpoint": str(args.checkpoint), "iteration": it, **ev}, indent=2))
+    if (args.checkpoint is None) == (args.model is None):
+        raise ValueError("eval: pass --checkpoint RUN (a trained run) or --model MODEL (the untrained model), one of them.")
+    if args.games and args.game_seeds:
+        raise ValueError("eval: pass --games DIR or --game-seeds A-B, not both.")
+    if args.model and not (args.games or args.game_seeds):
+        raise ValueError("eval --model scores games you name: add --games DIR or --game-seeds A-B.")
+    games = game_eval.games_in(args.games) if args.games else None  # checked before any model loads
+    seeds = game_eval.parse_seeds(args.game_seeds) if args.game_seeds else None
+    for flag in ("episodes", "batch", "quest_length"):
+        v = getattr(args, flag)
+        if v is not None and v < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} {v}: must be at least 1.")
+    if args.checkpoint is not None:
+        setup, state, it = load_run(args.checkpoint)
+        label = str(args.checkpoint)
+    else:
+        from .agent.train.llm_setup import LLMSetup
+        from .agent.train.recipes import recipe
+
+        setup = LLMSetup(recipe("llm_textworld").replace(model=args.model),
+                         cache_dir=Path.home() / ".cache" / "bepo_jax" / "textworld")
+        state, it, label = setup.init_state(), 0, str(args.model)
+    if games is None and seeds is None:
+        ev = setup.evaluate(state.params, n_tasks=args.tasks, seed=args.seed)
+        print(json.dumps({"checkpoint": label, "iteration": it, **ev}, indent=2))
+        return 0
+    if seeds is not None:
+        cfg = setup.cfg
+        games = game_eval.games_from_seeds(seeds, setup.env.games_dir, quest_length=args.quest_length or cfg.quest_length,
+                                           rooms=cfg.rooms, objects=cfg.objects)
+    ev = game_eval.evaluate_games(setup, state.params, games, episodes=args.episodes, seed=args.seed,
+                                  batch=args.batch or 16)
+    record = {"policy": label, "iteration": it, "games_from": args.games or f"seeds {args.game_seeds}", **ev}
+    out = Path(args.out or "eval.json")
+    from .agent.train.rundir import atomic_write
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, json.dumps(record, indent=2))
+    print(f"{label} (iteration {it}): success {ev['success_rate']:.3f} +- {ev['ci95']:.3f} (95% t-interval over "
+          f"{ev['tasks']} games, {ev['episodes']} episodes each); per-game results in {out}")
     return 0
 
 
@@ -334,9 +373,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(s, "runs/<env>_sft_s<seed>: the warm start's run directory")
     s.set_defaults(func=_sft, set=None)
 
-    e = sub.add_parser("eval", help="success rate of a checkpoint on held-out tasks")
-    e.add_argument("--checkpoint", required=True, help="a run directory (the --out of train) or its checkpoints/")
+    e = sub.add_parser("eval", help="success rate of a checkpoint on held-out tasks, or of a model on your games")
+    e.add_argument("--checkpoint", default=None, help="a run directory (the --out of train) or its checkpoints/")
+    e.add_argument("--model", default=None, help="an untrained chat model (a GGUF file, a Hugging Face directory or a "
+                   "fetched name) scored on --games / --game-seeds")
     e.add_argument("--tasks", type=int, default=None, help="held-out tasks (default: the run's eval_tasks)")
+    e.add_argument("--games", default=None, metavar="DIR", help="your TextWorld games: .z8/.ulx files, each with its .json")
+    e.add_argument("--game-seeds", default=None, metavar="A-B", help="generated TextWorld games, one per seed")
+    e.add_argument("--quest-length", type=int, default=None, help="of the generated games (default: the run's)")
+    e.add_argument("--episodes", type=int, default=None, help="episodes per game (default: the run's group size)")
+    e.add_argument("--batch", type=int, default=None, help="games played at once (default 16)")
+    e.add_argument("--out", default=None, help="the per-game results' JSON file (default eval.json)")
     e.add_argument("--seed", type=int, default=0)
     e.set_defaults(func=_eval)
 

@@ -88,9 +88,14 @@ def llm_run() -> str:
     return "\n".join(lines)
 
 
+def results_md(name: str) -> str:
+    """A benchmark's own markdown (``experiments/results/NAME.md``) below its title."""
+    return "\n".join((RESULTS / f"{name}.md").read_text().splitlines()[2:]).strip()
+
+
 def llm_profile() -> str:
     """What an LLM iteration costs and what the untrained model does (``python -m experiments.profile_llm``)."""
-    return "\n".join((RESULTS / "llm_profile.md").read_text().splitlines()[2:]).strip()
+    return results_md("llm_profile")
 
 
 def compare_sokoban() -> str:
@@ -788,7 +793,8 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "e2_rescore": lambda: _rescore("e2_rescore"), "e2_claims_rescore": lambda: _rescore("e2_claims_rescore"),
           "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore"), "headline": headline,
           "warm_start": warm_start, "confirmatory": confirmatory_primary, "llm_job": llm_job,
-          "llm_run": llm_run, "llm_profile": llm_profile, "rivals_recipe": rivals_recipe,
+          "llm_run": llm_run, "llm_profile": llm_profile, "chat_cache": lambda: results_md("bench_chat_cache"),
+          "rivals_recipe": rivals_recipe,
           "rivals_credit_mass": lambda: credit_mass("rivals_recipe"), "llm_confirmatory": llm_confirmatory}
 
 

@@ -19,13 +19,28 @@ command (in the format) then end the turn; the log-probs recorded are those of t
 unconstrained policy at the sampling temperature in every case, which is what the update
 evaluates (``TrainConfig.temperature`` set to the same value).
 
-All B x K episodes of an iteration decode together (``rollout.sample_responses`` over the
-model's KV cache), left-padded to a multiple of ``bucket`` tokens. Each distinct prompt of a turn
-is prefilled once (the K episodes of a game share their first turn's prompt; finished episodes
-are left out) and its cache copied to its rows; the distinct prompts are padded to a power of
-two, so the compiled programs are one per (prompt bucket, power of two) met
-(``ChatRollout.compiles`` counts them). A finished episode's row keeps decoding (fixed shapes)
-and its output is dropped.
+The earlier replies in a chat are the tokens that were sampled (``chat_ids``: the template's
+text around them, the reply's own end-of-turn token in place of the template's), so a turn's
+prompt extends the previous turn's prompt and reply while no shown turn drops out of the window.
+
+Cache reuse (RadixAttention-style prefix reuse, per episode). A turn's cache has P + R slots
+(P: ``bucket`` x 2^k holding the turn's longest prompt, at most ``max_prompt``; R =
+``max_reply``) with each row's prompt right-aligned to end at slot P and its reply after it;
+positions count real tokens only, so moving a row's tokens to other slots changes nothing. A
+turn keeps from each row's cache the longest prefix of its new prompt the cache holds (all of
+the previous prompt and reply when the chat only grew; the shared system part when
+``prompt_history`` slid the window and an old turn dropped out: then the rest is run again)
+and runs only the remaining tokens through the model (``LlamaLM.extend``, a chunked prefill).
+The prefix all first prompts share is computed once per call (it depends on the weights). Rows
+with the same prompt run once (the K episodes of a game share their first prompt) and their
+cache is copied. Replies decode together over the cache (``rollout.decode_responses``),
+stopping when every row has ended. The compiled programs: one prompt program per (distinct rows
+padded to a power of two, new tokens padded to a multiple of ``bucket``, P) met, one decoding
+program per (rows, P), and the small programs that move caches (``ChatRollout.compiles`` counts
+them all). A finished
+episode's row keeps its place (fixed shapes) and its output is dropped. ``reuse_cache=False``
+runs every turn's whole prompt: the same tokens, and the same samples and log-probs to float32
+tolerance (tested).
 
 States for the estimators: the observation text, hashed (``hash_observations``); with
 ``state_with_commands`` the admissible commands too (as verl-agent's ALFWorld anchor). The
@@ -53,7 +68,7 @@ from flax import nnx
 from ..credit._config import check_bool, check_choice, check_int, check_range
 from ..credit.hashing import action_keys, hash_observations
 from .models.generate import left_pad
-from .rollout import Rollout, finish_rollout, sample_responses
+from .rollout import Rollout, decode_responses, finish_rollout
 
 FORMATS = ("bare", "tag")
 # The worked turn (``example``): a made-up room whose objects no generated game shares, so copying
@@ -70,8 +85,11 @@ class ChatRolloutConfig:
     max_reply tokens (24, the end-of-turn token included), invalid_penalty (-0.1, <= 0),
     action_format ("bare" | "tag"), constrained (False), example (True: one worked turn
     after the system message), state_with_commands (False: states are the observation text),
-    bucket (64: prompts are left-padded to a multiple of it), max_prompt (1024 tokens: a
-    longer prompt drops its oldest turns, and one that still does not fit raises)."""
+    bucket (64: a turn's new tokens and the assembled turns are left-padded to a multiple of
+    it), max_prompt (1024 tokens: a longer prompt drops its oldest turns, and one that still
+    does not fit raises), reuse_cache (True: carry each episode's KV cache from turn to turn
+    and compute the prefix all first prompts share once, so a turn runs only the tokens its
+    cache lacks; False: run every turn's whole prompt; the same tokens either way)."""
 
     group_size: int = 4
     prompt_history: int = 2
@@ -84,6 +102,7 @@ class ChatRolloutConfig:
     state_with_commands: bool = False
     bucket: int = 64
     max_prompt: int = 1024
+    reuse_cache: bool = True
 
     def __post_init__(self):
         n = "ChatRolloutConfig"
@@ -93,7 +112,7 @@ class ChatRolloutConfig:
         check_int(n, "max_reply", self.max_reply, lo=2)
         check_range(n, "invalid_penalty", self.invalid_penalty, hi=0.0)
         check_choice(n, "action_format", self.action_format, FORMATS)
-        for f in ("constrained", "example", "state_with_commands"):
+        for f in ("constrained", "example", "state_with_commands", "reuse_cache"):
             check_bool(n, f, getattr(self, f))
         check_int(n, "bucket", self.bucket, lo=1)
         check_int(n, "max_prompt", self.max_prompt, lo=self.bucket)
@@ -175,6 +194,14 @@ def state_bytes(texts: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------ rollout
 
 
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 class ChatRollout:
     """``ChatRollout(pretrained, graphdef, frozen, make_env, config, max_steps=8)``;
     ``rollout(params, tasks, key) -> Rollout`` for B tasks (K episodes each).
@@ -183,8 +210,10 @@ class ChatRollout:
     ``rest``), so ``params`` are the trained parameters only. After a call, ``episodes``
     holds every episode's turns (observation, commands, reply, action, reward), ``state_texts``
     [B, K, T] the text each state key was hashed from ("" past an episode's end) and
-    ``timing`` the seconds spent decoding and stepping environments; ``compiles`` counts the
-    sampling programs traced so far."""
+    ``timing`` the seconds spent decoding and stepping environments and the tokens prefilled
+    (``prefill_tokens``: computed; ``prompt_tokens``: the live rows' prompts, what a rollout
+    without reuse computes; ``shared_prefix``: the prefix tokens computed once); ``compiles``
+    counts the programs traced so far."""
 
     def __init__(self, pretrained, graphdef, frozen, make_env: Callable[[], Any],
                  config: ChatRolloutConfig = ChatRolloutConfig(), *, max_steps: int = 8):
@@ -195,6 +224,9 @@ class ChatRollout:
         if not self.stop:
             raise ValueError("ChatRollout: the tokenizer has no end-of-turn token, so a reply cannot end; load a chat "
                              "(instruct) checkpoint.")
+        if not callable(getattr(pretrained.model, "extend", None)):
+            raise ValueError(f"ChatRollout needs a model with extend() (LlamaLM); {type(pretrained.model).__name__} "
+                             "has none.")
         self.pad = int(self.tok.pad_id)
         context = pretrained.config.context
         if config.max_prompt + config.max_reply > context:
@@ -202,29 +234,98 @@ class ChatRollout:
                              f"exceeds the model's context of {context} tokens; lower max_prompt.")
         self.envs: list = []
         self.episodes: list[list[dict]] = []
-        self.timing = {"decode_s": 0.0, "env_s": 0.0}
+        self.timing: dict = {"decode_s": 0.0, "env_s": 0.0}
         self.compiles = 0
         # the model records its frozen blocks' output for the update (``LlamaLM.capture_layer``)
         self.capture = getattr(pretrained.model, "capture_layer", None) is not None
-        self._sample = jax.jit(self._sample_fn, static_argnames=("constrained",))
+        self._move = jax.jit(self._move_fn, static_argnames=("length",))
+        self._extend = jax.jit(self._extend_fn)
+        self._decode = jax.jit(self._decode_fn, static_argnames=("constrained",))
+        self._prefix = jax.jit(self._prefix_fn)
 
-    def _sample_fn(self, params, frozen, prompts, masks, key, table, table_valid, expand, *, constrained: bool):
+    # -- the compiled programs -------------------------------------------------------------
+    def _prefix_fn(self, params, frozen, tokens, mask):
+        """The shared prefix's cache: one row, ending at slot P = its chunk's width."""
         self.compiles += 1  # runs only while tracing
         model = nnx.merge(self.graphdef, params, frozen)
-        return sample_responses(model, prompts, masks, key, max_response=self.config.max_reply,
-                                temperature=self.config.temperature, table=table if constrained else None,
-                                table_valid=table_valid if constrained else None, decode="cached",
-                                stop_ids=self.stop, pad_id=self.pad, logp_temperature=self.config.temperature,
-                                return_hidden=self.capture, expand=expand)
+        return model.extend(model.empty_cache(1, tokens.shape[1] + self.config.max_reply), tokens, mask, 0)[1]
+
+    def _move_fn(self, cache, src_row, len_old, len_new, kept, *, length: int):
+        """Each distinct row's first ``kept`` tokens from its source row of ``cache`` (whose prompts
+        end at slot P_old = its slots - R), moved so its prompt of ``len_new`` tokens ends at slot
+        P = ``length`` of a cache of P + R slots; nothing else visible. Exact: a slot's keys and
+        values carry its position, not its slot."""
+        self.compiles += 1  # runs only while tracing
+        P, R = length, self.config.max_reply
+        S, S_old = P + R, cache.valid.shape[1]
+        j = jnp.arange(S)[None]
+        lo = P - len_new[:, None]
+        keep = (j >= lo) & (j < lo + kept[:, None])
+        src = jnp.clip(j + (S_old - S) + (len_new - len_old)[:, None], 0, S_old - 1)
+        move = lambda x: x[src_row[:, None], src]
+        return type(cache)(k=tuple(map(move, cache.k)), v=tuple(map(move, cache.v)), valid=keep,
+                           position=kept.astype(jnp.int32), hidden=None if cache.hidden is None else move(cache.hidden))
+
+    def _extend_fn(self, params, frozen, cache, chunk, chunk_mask, expand):
+        """The rest of each distinct row's prompt (``chunk``, right-aligned to end at slot P = the
+        cache's slots - R) run through the model, then the logits and caches copied to the N rows
+        (``expand``)."""
+        self.compiles += 1  # runs only while tracing
+        model = nnx.merge(self.graphdef, params, frozen)
+        P = cache.valid.shape[1] - self.config.max_reply
+        logits, cache = model.extend(cache, chunk, chunk_mask, P - chunk.shape[1])
+        return jax.tree_util.tree_map(lambda x: x[expand], (logits, cache))
+
+    def _decode_fn(self, params, frozen, logits, cache, key, table, table_valid, *, constrained: bool):
+        """The N rows' replies, decoded together at slots P .. P + R - 1 (P = the cache's slots - R)."""
+        self.compiles += 1  # runs only while tracing
+        model = nnx.merge(self.graphdef, params, frozen)
+        return decode_responses(
+            model, logits, cache, cache.valid.shape[1] - self.config.max_reply, key, max_response=self.config.max_reply,
+            temperature=self.config.temperature, table=table if constrained else None,
+            table_valid=table_valid if constrained else None, stop=jnp.asarray(self.stop, jnp.int32), pad=self.pad,
+            logp_temperature=self.config.temperature)
 
     # -- prompts ----------------------------------------------------------------------------
+    def chat_ids(self, objective: str, shown: Sequence[tuple], observation: str, commands: Sequence[str]) -> list[int]:
+        """The token ids of one turn's chat: the template's text around the earlier replies, and
+        each earlier reply as the tokens that were sampled (``shown``: (observation, commands,
+        reply ids); a reply ending in its end-of-turn token stands in for the template's). Where
+        the template changes what an assistant turn says, the replies' texts are rendered and
+        encoded instead."""
+        marks = [f"\ue000{j}\ue001" for j in range(len(shown))]
+        msgs = turn_messages(objective, [(o, c, m) for (o, c, _), m in zip(shown, marks)], observation, commands,
+                             self.config)
+        text = self.pre.chat_template(msgs, add_generation_prompt=True)
+        pieces, rest = [], text
+        for m in marks:
+            head, found, rest = rest.partition(m)
+            if not found or any(x in head or x in rest for x in marks if x != m):
+                replies = [(o, c, self.tok.decode([i for i in r if i not in self.stop], skip_special_tokens=True))
+                           for o, c, r in shown]
+                return self.pre.prompt_ids(turn_messages(objective, replies, observation, commands, self.config))
+            pieces.append(head)
+        ids = self.tok.encode(pieces[0] if pieces else rest)
+        more = lambda t: list(self.tok.backend.encode(t, add_special_tokens=False).ids) if t else []
+        for j, (_, _, reply) in enumerate(shown):
+            after = pieces[j + 1] if j + 1 < len(pieces) else rest
+            reply = list(reply)
+            if reply and reply[-1] in self.stop:
+                end = self.tok.decode([reply[-1]])
+                if after.startswith(end):
+                    after = after[len(end):]
+                else:  # the template ends the turn with another token: its text stands
+                    reply = reply[:-1]
+            ids += reply + more(after)
+        return ids
+
     def prompt_ids(self, objective: str, turns: list, observation: str, commands: Sequence[str]) -> list[int]:
-        """The token ids of one turn's chat, dropping the oldest shown turns while it exceeds
-        ``max_prompt`` (a prompt that does not fit even without them raises)."""
+        """``chat_ids`` of the last ``prompt_history`` turns, dropping the oldest shown turns while it
+        exceeds ``max_prompt`` (a prompt that does not fit even without them raises)."""
         h = self.config.prompt_history
         shown = list(turns[-h:]) if h else []
         while True:
-            ids = self.pre.prompt_ids(turn_messages(objective, shown, observation, commands, self.config))
+            ids = self.chat_ids(objective, shown, observation, commands)
             if len(ids) <= self.config.max_prompt:
                 return ids
             if not shown:
@@ -233,18 +334,36 @@ class ChatRollout:
                                  "context allows it) or shorten the observation.")
             shown = shown[1:]
 
-    def _distinct(self, rows: list[list[int]], live: np.ndarray, width: int):
-        """The distinct prompts of the live rows (the K episodes of a game share their first prompt),
-        padded with copies to a power of two (bounded compiles), and each row's index among them
-        (a finished row points at the first: its reply is dropped)."""
+    def plan(self, rows: list, live: np.ndarray, cached: list) -> dict:
+        """What one turn computes. Each live row keeps the longest prefix of its new prompt its cache
+        holds (``cached[i]``: the tokens there; at most all but the last prompt token) and runs the
+        rest; rows with the same prompt and kept length run once (the K episodes of a game share
+        their first prompt). Returns per distinct row (padded with copies of the first to a power of
+        two: bounded compiles) its source row, kept count, prompt length and new tokens
+        (right-aligned in a chunk of a multiple of ``bucket`` tokens), and each row's index among them
+        (``expand``; a finished row points at the first: its reply is dropped)."""
         index: dict[tuple, int] = {}
+        src, kept, todo = [], [], []
         expand = np.zeros(len(rows), np.int32)
         for i in np.flatnonzero(live):
-            expand[i] = index.setdefault(tuple(rows[i]), len(index))
-        distinct = [list(r) for r in index] or [rows[0]]
-        U = 1 << (len(distinct) - 1).bit_length()
-        ids, mask = left_pad(distinct + [distinct[0]] * (U - len(distinct)), width, self.pad)
-        return ids, mask, expand
+            m = min(_common_prefix(cached[i], rows[i]), len(rows[i]) - 1) if self.config.reuse_cache else 0
+            k = index.setdefault((tuple(rows[i]), m), len(index))
+            expand[i] = k
+            if k == len(src):
+                src.append(i)
+                kept.append(m)
+                todo.append(rows[i])
+        if not src:  # nothing live (not reached by __call__)
+            src, kept, todo = [0], [0], [rows[0] or [self.pad]]
+        U = 1 << (len(src) - 1).bit_length()
+        pad = U - len(src)
+        src, kept, todo = src + src[:1] * pad, kept + kept[:1] * pad, todo + todo[:1] * pad
+        new = [r[m:] for r, m in zip(todo, kept)]
+        C = self._bucket(max(len(x) for x in new))
+        chunk, chunk_mask = left_pad(new, C, self.pad)
+        return {"src": np.asarray(src, np.int32), "kept": np.asarray(kept, np.int32),
+                "len_new": np.asarray([len(r) for r in todo], np.int32), "chunk": chunk, "chunk_mask": chunk_mask,
+                "expand": expand, "computed": sum(len(x) for x in new[: U - pad])}
 
     def _table(self, commands: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
         """Constrained decoding: each row's replies that name a command, as token ids then end-of-turn."""
@@ -261,6 +380,14 @@ class ChatRollout:
                     valid[i, j] = True
         return table, valid
 
+    def _length(self, n: int) -> int:
+        """A turn's prompt slots: the smallest bucket x 2^k holding n tokens, at most ``max_prompt``
+        (the decoding steps attend over them; few sizes, few programs)."""
+        c = self.config.bucket
+        while c < n:
+            c *= 2
+        return min(c, self.config.max_prompt)
+
     def _bucket(self, n: int) -> int:
         b = self.config.bucket
         return min(-(-n // b) * b, self.config.max_prompt)
@@ -268,6 +395,7 @@ class ChatRollout:
     # -- the rollout ------------------------------------------------------------------------
     def __call__(self, params, tasks: Sequence[Any], key) -> Rollout:
         cfg, K, T = self.config, self.config.group_size, self.max_steps
+        R = cfg.max_reply
         B = len(tasks)
         N = B * K
         while len(self.envs) < N:
@@ -286,29 +414,56 @@ class ChatRollout:
         reward, penalty = np.zeros((N, T), np.float32), np.zeros((N, T), np.float32)
         valid, action_out = np.zeros((N, T), bool), np.full((N, T), -1, np.int32)
         action_text = np.full((N, T), "", object)  # the chosen command ("" = no valid command, and padding)
-        turns = []  # per turn: (prompt rows, reply tokens [N, R], reply mask, logp)
-        frozen = self.frozen
+        turns = []  # per turn: (prompt rows, reply tokens [N, R], reply mask, logp, hidden)
+        frozen, model = self.frozen, self.pre.model
+        computed = prompted = 0
+        # the prefix every row's first prompt shares, computed once (the weights change each call)
+        first = [self.prompt_ids(objective[i], [], obs[i], cmds[i]) for i in range(N)]
+        shared = first[0][: min(min(len(r) for r in first) - 1,
+                                min(_common_prefix(first[0], r) for r in first))] if cfg.reuse_cache else []
+        t1 = time.perf_counter()
+        if shared:
+            ids, pm = left_pad([shared], self._bucket(len(shared)), self.pad)
+            cache = self._prefix(params, frozen, ids, pm)
+        else:
+            cache = model.empty_cache(1, self.config.bucket + R)
+        decode_s += time.perf_counter() - t1
+        cached = [list(shared)] * N
+        len_old = np.full(N, len(shared), np.int32)
+        source = np.zeros(N, np.int32)  # each row's row in ``cache``
         for t in range(T):
             live = ~done  # a finished episode's row gets a one-token stand-in prompt; its reply is dropped
-            rows = [self.prompt_ids(objective[i], history[i], obs[i], cmds[i]) if live[i] else [self.pad]
-                    for i in range(N)]
-            P = self._bucket(max(len(r) for r in rows))
-            prompts, masks, expand = self._distinct(rows, live, P)
-            table, table_valid = self._table(cmds)
+            rows = [(first[i] if t == 0 else self.prompt_ids(objective[i], history[i], obs[i], cmds[i]))
+                    if live[i] else [self.pad] for i in range(N)]
+            plan = self.plan(rows, live, cached)
+            table, table_valid = self._table(cmds) if cfg.constrained else (None, None)
             key, sub = jax.random.split(key)
             t1 = time.perf_counter()
-            seq, _, resp, logp, *hidden = jax.device_get(self._sample(
-                params, frozen, prompts, masks, sub, table, table_valid, expand, constrained=cfg.constrained))
+            src = source[plan["src"]]
+            length = self._length(max(len(rows[i]) for i in np.flatnonzero(live)))
+            cache = self._move(cache, src, len_old[src], plan["len_new"], plan["kept"], length=length)
+            logits, cache = self._extend(params, frozen, cache, plan["chunk"], plan["chunk_mask"], plan["expand"])
+            toks, alive, logp, cache = self._decode(params, frozen, logits, cache, sub, table, table_valid,
+                                                    constrained=cfg.constrained)
+            reply_tok, reply_mask, reply_logp = map(np.asarray, jax.device_get((toks, alive, logp)))
+            hid = np.asarray(jax.device_get(cache.hidden)) if self.capture else None
             decode_s += time.perf_counter() - t1
-            reply_tok, reply_mask, reply_logp = seq[:, P:], resp[:, P:], logp[:, P:]
+            computed += plan["computed"]
+            prompted += sum(len(rows[i]) for i in np.flatnonzero(live))
+            if not cfg.reuse_cache:  # every turn starts from nothing
+                cache = model.empty_cache(1, self.config.bucket + R)
+            source = np.arange(N, dtype=np.int32) if cfg.reuse_cache else np.zeros(N, np.int32)
             t1 = time.perf_counter()
             for i in np.flatnonzero(live):
-                toks = [int(x) for x, m in zip(reply_tok[i], reply_mask[i]) if m and int(x) not in self.stop]
-                text = self.tok.decode(toks, skip_special_tokens=True)
+                n = int(reply_mask[i].sum())
+                reply_ids = [int(x) for x in reply_tok[i, :n]]
+                cached[i] = rows[i] + reply_ids[: min(n, R - 1)]  # the last token is never written
+                len_old[i] = len(rows[i])
+                text = self.tok.decode([x for x in reply_ids if x not in self.stop], skip_special_tokens=True)
                 a = parse_reply(text, cmds[i], cfg.action_format)
                 raw[i, t] = obs[i] + ("\n" + "\n".join(cmds[i]) if cfg.state_with_commands else "")
                 turn = {"observation": obs[i], "commands": list(cmds[i]), "reply": text, "action": a, "reward": 0.0}
-                history[i].append((obs[i], list(cmds[i]), text))
+                history[i].append((obs[i], list(cmds[i]), reply_ids))
                 if a >= 0:
                     action_text[i, t] = cmds[i][a]
                     obs[i], r, d, won, new_cmds = envs[i].step(cmds[i][a])
@@ -325,10 +480,12 @@ class ChatRollout:
             env_s += time.perf_counter() - t1
             valid[:, t] = live
             turns.append((rows, np.where(live[:, None], reply_tok, self.pad), reply_mask & live[:, None],
-                          np.where(live[:, None] & reply_mask, reply_logp, 0.0), hidden[0] if hidden else None))
+                          np.where(live[:, None] & reply_mask, reply_logp, 0.0), hid))
             if done.all():
                 break
-        self.episodes, self.timing = episodes, {"decode_s": decode_s, "env_s": env_s}
+        self.episodes = episodes
+        self.timing = {"decode_s": decode_s, "env_s": env_s, "prefill_tokens": computed + len(shared),
+                       "prompt_tokens": prompted, "shared_prefix": len(shared), "turns": len(turns)}
         self.state_texts = raw.reshape(B, K, T)  # what each state key was hashed from (ProxMO's TF-IDF reads it)
         return self._assemble(turns, raw, reward, penalty, valid, action_out, action_text, success, ended, B, K)
 
@@ -348,10 +505,11 @@ class ChatRollout:
             tokens[:, t, :P], mask[:, t, :P] = ids, pm & live[:, None]
             tokens[:, t, P:], mask[:, t, P:] = rtok, rmask
             resp[:, t, P:], logp[:, t, P:] = rmask, rlogp
-            if hid is not None:  # this turn's bucket P_t <= P: shift right by P - P_t (left padding)
+            if hid is not None:  # the turn's cache: every prompt ends at slot P_t (its slots - R), its reply after
                 if hidden is None:
                     hidden = np.zeros((N, T, L, hid.shape[-1]), hid.dtype)
-                hidden[:, t, L - hid.shape[1]:] = hid
+                n = min(L, hid.shape[1])
+                hidden[:, t, L - n:] = hid[:, hid.shape[1] - n:]
         keys = hash_observations(raw.reshape(-1).tolist()).reshape(N, T, 2)
         obs_bytes = state_bytes(raw)
         shape = lambda x: jnp.asarray(x.reshape((B, K) + x.shape[1:]))

@@ -179,12 +179,37 @@ def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool
 
 def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, table, table_valid, forced, stop, pad,
                    logp_temperature, return_hidden, expand=None):
-    R = max_response
-    logits, cache = model.prefill(prompts, pmasks, prompts.shape[1] + R)
+    logits, cache = model.prefill(prompts, pmasks, prompts.shape[1] + max_response)
     if expand is not None:  # one prefill per distinct prompt, then each row's copy of its cache
         logits, cache = jax.tree_util.tree_map(lambda x: x[expand], (logits, cache))
         prompts, pmasks = prompts[expand], pmasks[expand]
+    toks, alives, logps, cache = decode_responses(
+        model, logits, cache, prompts.shape[1], key, max_response=max_response, temperature=temperature, table=table,
+        table_valid=table_valid, forced=forced, stop=stop, pad=pad, logp_temperature=logp_temperature)
     N, P = prompts.shape
+    seq = jnp.concatenate([prompts, toks], axis=1)
+    msk = jnp.concatenate([pmasks, alives], axis=1)
+    resp = jnp.concatenate([jnp.zeros_like(pmasks), alives], axis=1)
+    logp = jnp.concatenate([jnp.zeros((N, P), jnp.float32), logps], axis=1)
+    if return_hidden:
+        return seq, msk, resp, jnp.where(resp, logp, 0.0), cache.hidden
+    return seq, msk, resp, jnp.where(resp, logp, 0.0)
+
+
+def decode_responses(model, logits: Float[Array, "N V"], cache, slot: int, key, *, max_response: int,
+                     temperature: float, table=None, table_valid=None, forced=None, stop, pad: int,
+                     logp_temperature: float = 1.0):
+    """Sample up to ``max_response`` tokens per row from ``logits`` (the next token's, after a
+    prefill or ``extend``) over ``cache``, writing token r at cache slot ``slot + r``. Returns the
+    tokens [N, R] (``pad`` after a row's stop token), the response mask [N, R] (through the stop
+    token), the log-probs under softmax(logits / logp_temperature) [N, R] and the final cache.
+
+    Token r of every row is drawn with the r-th key of one sequential split of ``key``; the loop
+    ends when every row has stopped (a ``while_loop``: a turn of 3-token replies costs 3 decode
+    steps, not ``max_response``), which changes no token, mask or log-prob. The last token is
+    never written to the cache (nothing reads it)."""
+    R = max_response
+    N = logits.shape[0]
     forced_r = None
     if forced is not None:
         forced_r = jnp.asarray([forced[min(r, len(forced) - 1)] for r in range(R)])
@@ -207,26 +232,23 @@ def _sample_cached(model, prompts, pmasks, key, *, max_response, temperature, ta
         logp = jnp.where(alive, jnp.take_along_axis(logp_all, tok[:, None], axis=-1)[:, 0], 0.0)
         return tok, logp, word_alive, key
 
-    def body(carry, r):
-        logits, cache, alive, word_alive, key = carry
+    def body(carry):  # token r drawn and written at slot + r (r < R - 1)
+        r, logits, cache, alive, word_alive, key, toks, alives, logps = carry
         tok, logp, word_alive, key = pick(logits, r, alive, word_alive, key)
-        logits, cache = model.decode_step(tok, P + r, alive, cache)
-        return (logits, cache, alive & ~jnp.isin(tok, stop), word_alive, key), (tok, alive, logp)
+        toks, alives, logps = toks.at[:, r].set(tok), alives.at[:, r].set(alive), logps.at[:, r].set(logp)
+        logits, cache = model.decode_step(tok, slot + r, alive, cache)
+        return r + 1, logits, cache, alive & ~jnp.isin(tok, stop), word_alive, key, toks, alives, logps
 
-    alive = jnp.ones((N,), bool)
-    (logits, cache, alive_last, word_alive, key), (toks, alives, logps) = jax.lax.scan(
-        body, (logits, cache, alive, word_alive, key), jnp.arange(R - 1))
-    tok, logp, _, _ = pick(logits, R - 1, alive_last, word_alive, key)  # the last token needs no decode step
-    toks = jnp.concatenate([toks.T, tok[:, None]], axis=1)
-    alives = jnp.concatenate([alives.T, alive_last[:, None]], axis=1)
-    logps = jnp.concatenate([logps.T, logp[:, None]], axis=1)
-    seq = jnp.concatenate([prompts, toks], axis=1)
-    msk = jnp.concatenate([pmasks, alives], axis=1)
-    resp = jnp.concatenate([jnp.zeros_like(pmasks), alives], axis=1)
-    logp = jnp.concatenate([jnp.zeros((N, P), jnp.float32), logps], axis=1)
-    if return_hidden:
-        return seq, msk, resp, jnp.where(resp, logp, 0.0), cache.hidden
-    return seq, msk, resp, jnp.where(resp, logp, 0.0)
+    carry = (jnp.int32(0), logits, cache, jnp.ones((N,), bool), word_alive, key, jnp.full((N, R), pad, jnp.int32),
+             jnp.zeros((N, R), bool), jnp.zeros((N, R), jnp.float32))
+    r, logits, cache, alive, word_alive, key, toks, alives, logps = jax.lax.while_loop(
+        lambda c: (c[0] < R - 1) & jnp.any(c[3]), body, carry)
+    # the last token (r = R - 1) needs no decode step; where every row had stopped earlier it is padding
+    tok, logp, _, _ = pick(logits, jnp.minimum(r, R - 1), alive & (r < R), word_alive, key)
+    toks = jax.lax.dynamic_update_slice_in_dim(toks, tok[:, None], jnp.minimum(r, R - 1), axis=1)
+    alives = jax.lax.dynamic_update_slice_in_dim(alives, (alive & (r < R))[:, None], jnp.minimum(r, R - 1), axis=1)
+    logps = jax.lax.dynamic_update_slice_in_dim(logps, logp[:, None], jnp.minimum(r, R - 1), axis=1)
+    return toks, alives, jnp.where(alives, logps, 0.0), cache
 
 
 def _sample_full(model, prompts, pmasks, key, *, max_response, temperature, table, table_valid, forced, stop, pad,

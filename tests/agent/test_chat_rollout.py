@@ -15,7 +15,8 @@ from flax import nnx
 
 import bepo_jax as bj
 
-from bepo_jax.agent.chat_rollout import ChatRollout, ChatRolloutConfig, format_command, parse_reply
+from bepo_jax.agent.chat_rollout import (ChatRollout, ChatRolloutConfig, format_command, parse_reply,
+                                         turn_messages)
 from bepo_jax.agent.models import load_pretrained, token_logprobs
 from bepo_jax.agent.models.lora import LoRAConfig, add_lora, trainable
 from bepo_jax.agent.rl.train_step import TrainConfig, Trainer, UpdateBatch
@@ -55,8 +56,8 @@ def test_recorded_log_probs_are_the_models_and_the_first_ratio_is_one(pre):
     tokens, mask, resp, old = map(_flat, (out.tokens, out.mask, out.response_mask, out.old_logp))
     assert resp.any() and (resp <= mask).all()
     # the model's full forward over the stored sequences, at the sampling temperature
-    logp, _ = token_logprobs(pre.model(jnp.asarray(tokens), jnp.asarray(mask)) / TEMPERATURE, jnp.asarray(tokens))
-    np.testing.assert_allclose(np.asarray(logp)[resp], old[resp], atol=2e-5)
+    got, want = _full_forward_logp(pre, out)
+    np.testing.assert_allclose(want, got, atol=2e-5)
     # the update itself (one minibatch, scoring from the prompt's end): ratio 1, nothing clipped
     P = tokens.shape[1] - ro.config.max_reply
     upd = Trainer(pre.model, TrainConfig(temperature=TEMPERATURE, score_from=P - 1))
@@ -190,15 +191,87 @@ def test_the_frozen_blocks_output_recorded_in_decoding_is_the_forwards(tiny_chat
     assert abs(float(m["approx_kl"])) < 1e-6 and float(m["clip_frac"]) == 0.0 and float(m["grad_norm"]) > 0
 
 
-def test_each_distinct_prompt_is_prefilled_once(pre):
+def test_each_distinct_prompt_runs_once_and_a_row_keeps_what_its_cache_holds(pre):
     tr = Trainer(pre.model, TrainConfig())
-    ro = ChatRollout(pre, tr.graphdef, tr.rest, Corridor, ChatRolloutConfig(group_size=2), max_steps=1)
+    ro = ChatRollout(pre, tr.graphdef, tr.rest, Corridor, ChatRolloutConfig(group_size=2, bucket=2), max_steps=1)
     rows = [[5, 6, 7], [5, 6, 7], [8, 9], [5, 6, 7], [10]]
-    ids, mask, expand = ro._distinct(rows, np.array([True, True, True, True, False]), 4)
-    assert expand.tolist() == [0, 0, 1, 0, 0]  # the finished row points at the first prompt
-    assert ids.shape == (2, 4) and ids[0, 1:].tolist() == [5, 6, 7] and mask[1].tolist() == [False, False, True, True]
-    ids, _, expand = ro._distinct([[1], [2], [3]], np.ones(3, bool), 2)
-    assert ids.shape[0] == 4 and expand.tolist() == [0, 1, 2]  # three distinct prompts pad to four
+    cached = [[5, 6], [5, 6], [5], [5, 6], []]
+    plan = ro.plan(rows, np.array([True, True, True, True, False]), cached)
+    assert plan["expand"].tolist() == [0, 0, 1, 0, 0]  # the finished row points at the first
+    assert plan["src"].tolist() == [0, 2] and plan["kept"].tolist() == [2, 0] and plan["len_new"].tolist() == [3, 2]
+    assert plan["chunk"].shape == (2, 2) and plan["chunk"][0, -1] == 7 and plan["chunk_mask"][0].tolist() == [False, True]
+    assert plan["computed"] == 3
+    # a cache holding the whole prompt still runs its last token (the next token's logits come from it)
+    plan = ro.plan([[1], [2], [3]], np.ones(3, bool), [[1], [2, 9], []])
+    assert plan["chunk"].shape[0] == 4 and plan["expand"].tolist() == [0, 1, 2]  # three distinct pad to four
+    assert plan["kept"].tolist()[:3] == [0, 0, 0]
+    assert ro.plan([[1, 2]], np.ones(1, bool), [[1, 2]])["kept"].tolist() == [1]
+
+
+def _full_forward_logp(pre, out):
+    tokens, mask, resp, old = map(_flat, (out.tokens, out.mask, out.response_mask, out.old_logp))
+    logp, _ = token_logprobs(pre.model(jnp.asarray(tokens), jnp.asarray(mask)) / TEMPERATURE, jnp.asarray(tokens))
+    return np.asarray(logp)[resp], old[resp]
+
+
+# the chat grows every turn / the window slides from turn 2; constrained replies win early (rows drop out
+# mid-run), free ones from the tiny model are mostly invalid and run long
+@pytest.mark.parametrize("history,constrained", [(3, True), (1, True), (3, False)])
+def test_cache_reuse_samples_what_running_every_prompt_whole_samples(pre, history, constrained):
+    # episodes from room 2 can win at once, so rows drop out mid-run
+    outs, timing = {}, {}
+    for reuse in (True, False):
+        _, ro, out, _ = _run(pre, tasks=(2, 1), seed=4, max_steps=4, prompt_history=history, reuse_cache=reuse,
+                             constrained=constrained)
+        outs[reuse], timing[reuse] = out, dict(ro.timing)
+    a, b = outs[True], outs[False]
+    assert np.asarray(a.response_mask).sum() > 0
+    assert not constrained or not np.asarray(a.batch.mask).all()  # some episode ended early
+    np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
+    np.testing.assert_array_equal(np.asarray(a.mask), np.asarray(b.mask))
+    np.testing.assert_allclose(np.asarray(a.old_logp), np.asarray(b.old_logp), atol=2e-5)
+    for out in (a, b):  # both equal the model's own full forward over the stored sequences
+        got, want = _full_forward_logp(pre, out)
+        np.testing.assert_allclose(want, got, atol=2e-5)
+    # the K episodes of a game share their first prompt: run once either way
+    assert timing[True]["prompt_tokens"] == timing[False]["prompt_tokens"] >= timing[False]["prefill_tokens"] > 0
+    assert timing[True]["prefill_tokens"] < timing[False]["prefill_tokens"]
+    assert timing[True]["shared_prefix"] > 0 and timing[False]["shared_prefix"] == 0
+
+
+def test_the_prompt_extends_the_last_prompt_and_the_sampled_reply(pre):
+    # the earlier reply enters the chat as the sampled tokens; the template's text stands around them
+    _, ro, out, _ = _run(pre, seed=2, max_steps=2, prompt_history=2)
+    tokens, mask, resp = map(np.asarray, (out.tokens, out.mask, out.response_mask))
+    for b in range(tokens.shape[0]):
+        for k in range(tokens.shape[1]):
+            if not out.batch.mask[b, k, 1]:
+                continue
+            first = tokens[b, k, 0][mask[b, k, 0]].tolist()
+            second = tokens[b, k, 1][mask[b, k, 1] & ~resp[b, k, 1]].tolist()
+            assert second[: len(first)] == first
+            # the rendered text of the turn: the template over the decoded reply (as transformers would render it)
+            ep = ro.episodes[b * tokens.shape[1] + k]
+            text = pre.chat_template(turn_messages(ro.envs[b * tokens.shape[1] + k].objective, [(ep[0]["observation"], ep[0]["commands"], ep[0]["reply"])],
+                                                   ep[1]["observation"], ep[1]["commands"], ro.config))
+            assert pre.tokenizer.decode(second) == text
+
+
+def test_the_shared_prefix_computed_once_equals_the_prefix_inside_a_full_prefill(pre):
+    m = pre.model
+    ids = np.asarray([pre.prompt_ids([{"role": "system", "content": "Play."}, {"role": "user", "content": "go east"}])])
+    n = ids.shape[1]
+    full_logits, full = m.prefill(jnp.asarray(ids), jnp.ones(ids.shape, bool), n + 4)
+    # the first n - 3 tokens once, the rest appended to that cache (chunked prefill)
+    head_logits, head = m.extend(m.empty_cache(1, n + 4), jnp.asarray(ids[:, : n - 3]), jnp.ones((1, n - 3), bool), 0)
+    logits, cache = m.extend(head, jnp.asarray(ids[:, n - 3:]), jnp.ones((1, 3), bool), n - 3)
+    for kh, kf in zip(head.k, full.k):
+        np.testing.assert_allclose(np.asarray(kh)[:, : n - 3], np.asarray(kf)[:, : n - 3], atol=2e-5)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(full_logits), atol=2e-4)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(m(jnp.asarray(ids), jnp.ones(ids.shape, bool))[:, -1]),
+                               atol=2e-4)
+    assert np.asarray(cache.valid)[0, :n].all() and not np.asarray(cache.valid)[0, n:].any()
+    assert int(cache.position[0]) == n
 
 
 def test_state_texts_travel_as_bytes_for_similarity_merging(pre):

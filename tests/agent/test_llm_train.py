@@ -158,3 +158,44 @@ def test_proxmo_in_the_llm_loop_groups_the_states_by_their_texts(tiny_chat_dir):
     np.testing.assert_allclose(np.asarray(setup.advantages(batch, credit).advantage), want, rtol=3e-4, atol=1e-5)
     # the texts matter: different grids share words (their rows), so hashed observations alone give other credit
     assert np.abs(np.asarray(setup.advantages(batch).advantage) - want).max() > 1e-3
+
+
+def test_eval_on_a_directory_of_games_equals_the_same_games_generated_from_seeds(tiny_chat_dir, tmp_path, capsys):
+    import shutil
+
+    gen = tmp_path / "gen.json"
+    flags = ["--model", str(tiny_chat_dir), "--episodes", "2", "--batch", "2", "--seed", "3"]
+    assert main(["eval", *flags, "--game-seeds", "5-6", "--quest-length", "1", "--out", str(gen)]) == 0
+    a = json.loads(gen.read_text())
+    assert a["tasks"] == 2 and a["episodes"] == 2 and "95% t-interval over 2 games" in capsys.readouterr().out
+    # the user's directory: the same files, renamed, and something that is not a game
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for i, rec in enumerate(a["games"]):
+        src = __import__("pathlib").Path(rec["game"])
+        for ext in (".z8", ".json"):
+            shutil.copyfile(src.with_suffix(ext), (mine / f"g{i}").with_suffix(ext))
+    (mine / "notes.txt").write_text("not a game")
+    assert main(["eval", *flags, "--games", str(mine), "--out", str(tmp_path / "mine.json")]) == 0
+    b = json.loads((tmp_path / "mine.json").read_text())
+    for x, y in zip(a["games"], b["games"]):
+        assert x["signature"] == y["signature"]
+        assert (x["success"], x["turns"], x["invalid_rate"]) == (y["success"], y["turns"], y["invalid_rate"])
+    assert (a["success_rate"], a["ci95"]) == (b["success_rate"], b["ci95"])
+
+
+def test_eval_refuses_bad_game_input_before_loading_a_model(tmp_path):
+    (tmp_path / "g.z8").write_bytes(b"")
+    with pytest.raises(SystemExit):
+        main(["eval", "--model", "no/such/model", "--games", str(tmp_path)])  # the .json is missing: named first
+    from bepo_jax.agent.train.game_eval import games_in, parse_seeds
+
+    with pytest.raises(ValueError, match="g.z8 without the .json"):
+        games_in(tmp_path)
+    with pytest.raises(ValueError, match="not a directory"):
+        games_in(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="A-B"):
+        parse_seeds("5..9")
+    with pytest.raises(ValueError, match="A <= B"):
+        parse_seeds("9-5")
+    assert list(parse_seeds("3-5")) == [3, 4, 5] and list(parse_seeds("7")) == [7]

@@ -207,6 +207,20 @@ class LlamaBlock(nnx.Module):
         return self.out(h, gqa_attention(q, cache_k, cache_v, bias, causal=False)), cache_k, cache_v
 
 
+    def extend(self, h, rope, cache_k, cache_v, write, bias, start: int, out_from: int):
+        """C new tokens (h [N, C, W]) at cache slots start .. start + C - 1 (static), their keys and
+        values written where ``write`` [N, C] is set (elsewhere the slot keeps what it held); each
+        query sees the visible slots (``bias``) up to its own. Returns the output from chunk position
+        ``out_from`` on (static) and the updated caches."""
+        q, k, v = self.qkv(h, rope)
+        C = h.shape[1]
+        w = write[:, :, None, None]
+        cache_k = cache_k.at[:, start:start + C].set(jnp.where(w, k.astype(cache_k.dtype), cache_k[:, start:start + C]))
+        cache_v = cache_v.at[:, start:start + C].set(jnp.where(w, v.astype(cache_v.dtype), cache_v[:, start:start + C]))
+        att = gqa_attention(q[:, out_from:], cache_k, cache_v, bias, causal=True, q_offset=start + out_from)
+        return self.out(h[:, out_from:], att), cache_k, cache_v
+
+
 class LlamaCache(NamedTuple):
     """Per-layer keys and values [N, S, kv_heads, head_dim], the visible slots (real tokens
     written so far) [N, S] and each row's next RoPE position (its real tokens so far) [N];
@@ -293,23 +307,64 @@ class LlamaLM(nnx.Module):
         and the output head only from ``start``."""
         return self._forward(tokens, mask, start)[0]
 
+    def empty_cache(self, rows: int, length: int) -> LlamaCache:
+        """A cache of ``length`` slots with nothing visible (what ``prefill`` extends)."""
+        self._check(length)
+        kv = jnp.zeros((rows, length, self.cfg.kv_heads, self.cfg.head_dim), self.cfg.jnp_dtype)
+        hidden = None
+        if self.capture_layer is not None:
+            hidden = jnp.zeros((rows, length, self.cfg.hidden), self.cfg.jnp_dtype)
+        return LlamaCache(k=(kv,) * len(self.layers), v=(kv,) * len(self.layers), valid=jnp.zeros((rows, length), bool),
+                          position=jnp.zeros((rows,), jnp.int32), hidden=hidden)
+
     def prefill(self, tokens: Int[Array, "N P"], mask: Bool[Array, "N P"], length: int
                 ) -> tuple[Float[Array, "N V"], LlamaCache]:
-        """Run the prompt once: the next token's logits [N, V] and a cache of ``length`` slots.
+        """Run the prompt once: the next token's logits [N, V] and a cache of ``length`` slots
+        (``extend`` of an empty cache at slot 0).
 
         Every block's keys and values cover the whole prompt; the last block's queries and MLP and
-        the output head run at the last position only (``score(tokens, mask, P - 1)``), so no
-        [N, P, vocab] logits are made. Equal to the full forward's last position up to float32
-        rounding (other matmul shapes)."""
-        N, P = tokens.shape
-        self._check(length)
-        logits, kv, captured = self._forward(tokens, mask, P - 1)
-        pad = lambda x: jnp.pad(x, ((0, 0), (0, length - P)) + ((0, 0),) * (x.ndim - 2))
-        cache = LlamaCache(k=tuple(pad(k) for k, _ in kv), v=tuple(pad(v) for _, v in kv),
-                           valid=jnp.pad(mask.astype(bool), ((0, 0), (0, length - P))),
-                           position=jnp.sum(mask.astype(jnp.int32), axis=-1),
-                           hidden=None if captured is None else pad(captured))
-        return logits[:, -1], cache
+        the output head run at the last position only, so no [N, P, vocab] logits are made. Equal
+        to the full forward's last position up to float32 rounding (other matmul shapes)."""
+        return self.extend(self.empty_cache(tokens.shape[0], length), tokens, mask, 0)
+
+    def extend(self, cache: LlamaCache, tokens: Int[Array, "N C"], mask: Bool[Array, "N C"], start: int
+               ) -> tuple[Float[Array, "N V"], LlamaCache]:
+        """Append a chunk of C tokens to ``cache`` at slots start .. start + C - 1 (``start`` static)
+        and return the logits after the chunk's last position [N, V] (chunked prefill).
+
+        ``mask`` marks the chunk's real tokens; a row's real tokens are numbered on from its cache's
+        ``position`` (RoPE position = real tokens before it), and each attends to the visible
+        slots before it and the chunk's real tokens up to itself:
+
+            softmax_j( q_i . k_j / sqrt(D) ),  j over visible slots <= slot(i)
+
+        Where ``mask`` is unset the slot keeps what the cache held there, so a row whose earlier
+        tokens reach into the chunk's window (its new tokens right-aligned in it) loses nothing.
+        Equal to ``prefill`` of the whole sequence up to float32 rounding (tested); the chunk's
+        last position must be real in every row that is read."""
+        N, C = tokens.shape
+        S = cache.valid.shape[1]
+        self._check(S)
+        if start + C > S:
+            raise ValueError(f"LlamaLM.extend: a chunk of {C} tokens at slot {start} overruns the cache's {S} slots.")
+        mask = mask.astype(bool)
+        valid = cache.valid.at[:, start:start + C].set(cache.valid[:, start:start + C] | mask)
+        positions = cache.position[:, None] + jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+        rope = rope_tables(positions, rope_frequencies(self.cfg))
+        bias = key_bias(valid)
+        h = self.embed(tokens)
+        ks, vs, hidden = [], [], cache.hidden
+        last = len(self.layers) - 1
+        for i, (blk, ck, cv) in enumerate(zip(self.layers, cache.k, cache.v)):
+            if i == self.capture_layer and hidden is not None:
+                hidden = hidden.at[:, start:start + C].set(
+                    jnp.where(mask[..., None], h.astype(hidden.dtype), hidden[:, start:start + C]))
+            h, ck, cv = blk.extend(h, rope, ck, cv, mask, bias, start, C - 1 if i == last else 0)
+            ks.append(ck)
+            vs.append(cv)
+        new = LlamaCache(k=tuple(ks), v=tuple(vs), valid=valid,
+                         position=cache.position + jnp.sum(mask.astype(jnp.int32), axis=-1), hidden=hidden)
+        return self._head(h)[:, -1], new
 
     def decode_step(self, token: Int[Array, "N"], pos, valid: Bool[Array, "N"], cache: LlamaCache
                     ) -> tuple[Float[Array, "N V"], LlamaCache]:

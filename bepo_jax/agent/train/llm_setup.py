@@ -157,7 +157,8 @@ class LLMSetup(Setup):
         """One iteration (``Setup.iterate``) and the rollout's own numbers: reply length (tokens),
         seconds spent decoding replies and stepping games, reply tokens per second of decoding, the
         rest of the iteration (``update_s``: advantages, the update, building prompts), sampling
-        programs compiled so far."""
+        programs compiled so far, the live rows' prompt tokens and the tokens the model ran (the
+        rest came from the episodes' carried caches: ``ChatRolloutConfig.reuse_cache``)."""
         t0 = time.perf_counter()
         state, m = super().iterate(state, it)
         total = time.perf_counter() - t0
@@ -168,4 +169,6 @@ class LLMSetup(Setup):
         m["rollout/reply_tokens_per_s"] = sum(replies) / max(ro.timing["decode_s"], 1e-9)
         m["update_s"] = total - ro.timing["decode_s"] - ro.timing["env_s"]  # advantages, update, prompt building
         m["rollout/compiles"] = float(ro.compiles)
+        m["rollout/prompt_tokens"] = float(ro.timing["prompt_tokens"])  # the live rows' prompts
+        m["rollout/prefill_tokens"] = float(ro.timing["prefill_tokens"])  # what ran through the model (cache reuse)
         return state, m

@@ -228,7 +228,7 @@ class Setup:
         else:
             k_task, k_roll = jax.random.split(key)
             idx = np.asarray(self._draw(k_task))
-            ro = self.rollout(state.params, [self.train_tasks[i] for i in idx], k_roll)
+            ro = self.last_rollout = self.rollout(state.params, [self.train_tasks[i] for i in idx], k_roll)
             if self._update is None:
                 self._update = jax.jit(self._learn, donate_argnums=(0,))
             state, m = self._update(state, ro, self.frozen_inputs(), self.credit_inputs(ro))
@@ -258,16 +258,24 @@ class Setup:
         """Success rate of the policy (K samples per task at the run's temperature) on
         ``n_tasks`` (default ``eval_tasks``) held-out tasks, or on the first ``n_tasks``
         training tasks (``training``; at most the pool). TextWorld's held-out games are the
-        first ``n_tasks`` of the run's held-out sequence (generated when not cached)."""
+        first ``n_tasks`` of the run's held-out sequence (generated when not cached); host
+        environments play ``EVAL_BATCH`` tasks at a time."""
         key = jax.random.PRNGKey(seed)
-        if self.host:
+        if self.host:  # EVAL_BATCH tasks at a time (bounded memory); the first batch with ``key`` itself
             n = n_tasks or self.cfg.eval_tasks
-            ro = self.rollout(params, self.train_tasks[:n] if training else self.held_out_tasks(n), key)
+            tasks = self.train_tasks[:n] if training else self.held_out_tasks(n)
+            outs = [self.rollout(params, tasks[i:i + EVAL_BATCH], key if not i else jax.random.fold_in(key, i))
+                    for i in range(0, len(tasks), EVAL_BATCH)]
+            return evaluation(np.concatenate([np.asarray(o.success) for o in outs]),
+                              np.concatenate([np.asarray(o.batch.reward) for o in outs]))
         else:
             if self._eval is None:
                 self._eval = jax.jit(self.rollout)
             ro = self._eval(params, self.eval_pool_for(n_tasks=n_tasks, training=training), key)
         return evaluation(ro.success, ro.batch.reward)
+
+
+EVAL_BATCH = 16  # host environments' evaluation: tasks rolled out together
 
 
 def action_counts(actions, valid, n_actions: int):
