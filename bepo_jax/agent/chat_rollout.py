@@ -262,8 +262,9 @@ class ChatRollout:
         lo = P - len_new[:, None]
         keep = (j >= lo) & (j < lo + kept[:, None])
         src = jnp.clip(j + (S_old - S) + (len_new - len_old)[:, None], 0, S_old - 1)
-        move = lambda x: x[src_row[:, None], src]
-        return type(cache)(k=tuple(map(move, cache.k)), v=tuple(map(move, cache.v)), valid=keep,
+        move = lambda x: x[src_row[:, None], src]  # [rows, slots, ...]
+        move_kv = lambda x: jnp.take_along_axis(x[src_row], src[:, None, :, None], axis=2)  # [rows, heads, slots, D]
+        return type(cache)(k=tuple(map(move_kv, cache.k)), v=tuple(map(move_kv, cache.v)), valid=keep,
                            position=kept.astype(jnp.int32), hidden=None if cache.hidden is None else move(cache.hidden))
 
     def _extend_fn(self, params, frozen, cache, chunk, chunk_mask, expand):

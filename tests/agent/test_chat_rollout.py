@@ -266,7 +266,7 @@ def test_the_shared_prefix_computed_once_equals_the_prefix_inside_a_full_prefill
     head_logits, head = m.extend(m.empty_cache(1, n + 4), jnp.asarray(ids[:, : n - 3]), jnp.ones((1, n - 3), bool), 0)
     logits, cache = m.extend(head, jnp.asarray(ids[:, n - 3:]), jnp.ones((1, 3), bool), n - 3)
     for kh, kf in zip(head.k, full.k):
-        np.testing.assert_allclose(np.asarray(kh)[:, : n - 3], np.asarray(kf)[:, : n - 3], atol=2e-5)
+        np.testing.assert_allclose(np.asarray(kh)[:, :, : n - 3], np.asarray(kf)[:, :, : n - 3], atol=2e-5)
     np.testing.assert_allclose(np.asarray(logits), np.asarray(full_logits), atol=2e-4)
     np.testing.assert_allclose(np.asarray(logits), np.asarray(m(jnp.asarray(ids), jnp.ones(ids.shape, bool))[:, -1]),
                                atol=2e-4)

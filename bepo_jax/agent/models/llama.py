@@ -126,21 +126,23 @@ def apply_rope(x: Float[Array, "N L H D"], cos: Float[Array, "N L 1 D"], sin: Fl
     return (xf * cos + jnp.concatenate([-x2, x1], axis=-1) * sin).astype(x.dtype)
 
 
-def gqa_attention(q: Float[Array, "N Q H D"], k: Float[Array, "N S KV D"], v: Float[Array, "N S KV D"],
+def gqa_attention(q: Float[Array, "N Q H D"], k: Float[Array, "N KV S D"], v: Float[Array, "N KV S D"],
                   bias: Float[Array, "N 1 1 S"], *, causal: bool, q_offset: int = 0) -> Float[Array, "N Q H D"]:
     """softmax(q k^T / sqrt(D) + bias [+ causal mask]) v with query head h reading key/value
     head h // G (G = H / KV), in float32; ``bias`` is ``transformer.key_bias`` of the visible keys.
-    ``q_offset`` (static): the queries are positions q_offset .. q_offset + Q - 1."""
+    Keys and values are head-major ([N, KV, S, D], the caches' layout: XLA:CPU runs the batched
+    matmuls without moving the cache, 4x faster than slot-major at 280 slots). ``q_offset``
+    (static): the queries are positions q_offset .. q_offset + Q - 1."""
     N, Q, H, D = q.shape
-    KV = k.shape[2]
+    KV = k.shape[1]
     qg = q.reshape(N, Q, KV, H // KV, D).astype(jnp.float32)
-    s = jnp.einsum("nqkgd,nskd->nkgqs", qg, k.astype(jnp.float32)) / math.sqrt(D)
+    s = jnp.einsum("nqkgd,nksd->nkgqs", qg, k.astype(jnp.float32)) / math.sqrt(D)
     s = s + bias[:, :, None]  # [N, 1, 1, 1, S] over (kv head, group, query)
     if causal:
-        S = k.shape[1]
+        S = k.shape[2]
         visible = (q_offset + jnp.arange(Q))[:, None] >= jnp.arange(S)[None]
         s = s + jnp.where(visible, 0.0, _NEG)
-    out = jnp.einsum("nkgqs,nskd->nqkgd", jax.nn.softmax(s, axis=-1), v.astype(jnp.float32))
+    out = jnp.einsum("nkgqs,nksd->nqkgd", jax.nn.softmax(s, axis=-1), v.astype(jnp.float32))
     return out.reshape(N, Q, H, D).astype(q.dtype)
 
 
@@ -179,12 +181,13 @@ class LlamaBlock(nnx.Module):
         self.down_proj = _linear(cfg.intermediate, W, ("model", "fsdp"), cfg, rngs)
 
     def qkv(self, h, rope):
+        """Queries [N, L, H, D]; keys and values head-major [N, KV, L, D] (``gqa_attention``)."""
         N, L, _ = h.shape
         x = self.attn_norm(h)
         q = self.q_proj(x).reshape(N, L, self.heads, self.head_dim)
         k = self.k_proj(x).reshape(N, L, self.kv_heads, self.head_dim)
         v = self.v_proj(x).reshape(N, L, self.kv_heads, self.head_dim)
-        return apply_rope(q, *rope), apply_rope(k, *rope), v
+        return apply_rope(q, *rope), apply_rope(k, *rope).swapaxes(1, 2), v.swapaxes(1, 2)
 
     def out(self, h, att):
         N, L = att.shape[:2]
@@ -202,8 +205,8 @@ class LlamaBlock(nnx.Module):
     def step(self, h, slot, rope, cache_k, cache_v, bias):
         """One new token (h [N, 1, W]) at cache slot ``slot``; ``rope``: ``rope_tables`` of its position."""
         q, k, v = self.qkv(h, rope)
-        cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.astype(cache_k.dtype), slot, axis=1)
-        cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.astype(cache_v.dtype), slot, axis=1)
+        cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.astype(cache_k.dtype), slot, axis=2)
+        cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.astype(cache_v.dtype), slot, axis=2)
         return self.out(h, gqa_attention(q, cache_k, cache_v, bias, causal=False)), cache_k, cache_v
 
 
@@ -214,15 +217,16 @@ class LlamaBlock(nnx.Module):
         ``out_from`` on (static) and the updated caches."""
         q, k, v = self.qkv(h, rope)
         C = h.shape[1]
-        w = write[:, :, None, None]
-        cache_k = cache_k.at[:, start:start + C].set(jnp.where(w, k.astype(cache_k.dtype), cache_k[:, start:start + C]))
-        cache_v = cache_v.at[:, start:start + C].set(jnp.where(w, v.astype(cache_v.dtype), cache_v[:, start:start + C]))
+        w = write[:, None, :, None]
+        at = (slice(None), slice(None), slice(start, start + C))
+        cache_k = cache_k.at[at].set(jnp.where(w, k.astype(cache_k.dtype), cache_k[at]))
+        cache_v = cache_v.at[at].set(jnp.where(w, v.astype(cache_v.dtype), cache_v[at]))
         att = gqa_attention(q[:, out_from:], cache_k, cache_v, bias, causal=True, q_offset=start + out_from)
         return self.out(h[:, out_from:], att), cache_k, cache_v
 
 
 class LlamaCache(NamedTuple):
-    """Per-layer keys and values [N, S, kv_heads, head_dim], the visible slots (real tokens
+    """Per-layer keys and values, head-major [N, kv_heads, S, head_dim], the visible slots (real tokens
     written so far) [N, S] and each row's next RoPE position (its real tokens so far) [N];
     ``hidden`` [N, S, hidden]: the input of block ``LlamaLM.capture_layer`` at every slot written
     (None unless the model captures it)."""
@@ -310,7 +314,7 @@ class LlamaLM(nnx.Module):
     def empty_cache(self, rows: int, length: int) -> LlamaCache:
         """A cache of ``length`` slots with nothing visible (what ``prefill`` extends)."""
         self._check(length)
-        kv = jnp.zeros((rows, length, self.cfg.kv_heads, self.cfg.head_dim), self.cfg.jnp_dtype)
+        kv = jnp.zeros((rows, self.cfg.kv_heads, length, self.cfg.head_dim), self.cfg.jnp_dtype)
         hidden = None
         if self.capture_layer is not None:
             hidden = jnp.zeros((rows, length, self.cfg.hidden), self.cfg.jnp_dtype)
