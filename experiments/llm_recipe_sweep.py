@@ -37,7 +37,7 @@ from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_j
 NAME = "llm_recipe_sweep"
 OUT = ROOT / "runs" / "llm_sweep"
 DEST = RESULTS / "llm_sweep"
-EVAL_GAMES = 16
+EVAL_GAMES, EVAL_EPISODES, EVAL_BATCH = 16, 4, 8  # 32 rows at a time (128 at once held 12.8 GB and crawled)
 ITERATIONS = 30
 # name -> overrides of llm_textworld; every variant shows the whole episode (prompt_history 3 of at most 4
 # turns: each turn extends the last, so the carried caches are reused whole)
@@ -72,7 +72,12 @@ def _append(out: Path, row: dict) -> None:
 
 
 def train_games_eval(setup, params, seed: int) -> dict:
-    ev = setup.evaluate(params, n_tasks=min(EVAL_GAMES, len(setup.train_tasks)), seed=seed, training=True)
+    """The first EVAL_GAMES training games x EVAL_EPISODES episodes, EVAL_BATCH games at a time."""
+    from bepo_jax.agent.train.game_eval import evaluate_games
+
+    games = setup.train_tasks[:EVAL_GAMES]
+    ev = evaluate_games(setup, params, games, episodes=EVAL_EPISODES, seed=seed, batch=EVAL_BATCH)
+    ev["per_task"] = [g["success"] for g in ev.pop("games")]
     return {f"eval_train/{k}": v for k, v in ev.items()}
 
 
