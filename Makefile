@@ -8,11 +8,13 @@ PY := $(VENV)/bin/python
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 VENV312 := .venv312
 # On 3.12: the kernels, the training step, rollouts, train/resume/compare, seeds, your own env,
-# and Tunix (its lock has the tunix extra).
+# and Tunix (its lock has the tunix extra); the checkpoint loader, the chat rollouts and their refusals (the
+# 3.12 lock's tokenizers and safetensors).
 PY312_TESTS := tests/credit/test_estimators.py tests/credit/test_graph.py tests/credit/test_fixed_point.py tests/credit/test_returns_stats.py \
 	tests/credit/test_contract.py tests/agent/test_rl.py tests/agent/test_rollout.py tests/test_cli_train.py tests/agent/test_multiseed.py \
 	tests/agent/test_byo_env.py tests/credit/test_sharding.py tests/integrations/test_turns.py tests/integrations/test_tunix.py tests/agent/test_tunix_models.py tests/agent/test_multihost.py \
-	tests/test_docs.py tests/test_packaging.py tests/test_xdist_groups.py tests/agent/test_llama.py
+	tests/test_docs.py tests/test_packaging.py tests/test_xdist_groups.py tests/agent/test_llama.py \
+	tests/agent/test_pretrained.py tests/agent/test_chat_rollout.py tests/agent/test_bad_input.py
 
 .PHONY: install install-py312 train train-llm record-main-job models demo test test-notebooks test-py312 lock lock-py312 clean
 

@@ -293,6 +293,18 @@ def _generate(args: argparse.Namespace) -> int:
     from .agent.models.generate import reply
     from .agent.models.pretrained import load_pretrained
 
+    import math
+
+    if args.max_tokens < 1:
+        raise ValueError(f"--max-tokens {args.max_tokens}: generate at least 1 token.")
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        raise ValueError(f"--temperature {args.temperature}: give a finite temperature >= 0 (0 = greedy).")
+    for flag, text in (("--prompt", args.prompt), ("--system", args.system)):
+        try:
+            (text or "").encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{flag}: the text is not valid UTF-8 (your shell passed undecodable bytes); give it "
+                             "in UTF-8.") from None
     pre = load_pretrained(args.model, dtype=args.dtype)
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
         [{"role": "user", "content": args.prompt}]
@@ -472,7 +484,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except ValueError as err:
+    except (ValueError, FileNotFoundError) as err:  # bad input: the message names it and the fix
         parser.error(str(err))
         return 2
 

@@ -9,7 +9,7 @@
   estimator's per-step credit side by side, as rows, as a Markdown table, as bars.
 * ``plot_run(run_dir)`` — the learning curve of a ``bepo-jax train`` run.
 
-Needs matplotlib and networkx (``pip install bepo-jax[notebooks]``).
+Needs matplotlib and networkx (``pip install bepo-jax[viz]``).
 """
 
 from __future__ import annotations

@@ -306,8 +306,8 @@ class ChatRollout:
                            for o, c, r in shown]
                 return self.pre.prompt_ids(turn_messages(objective, replies, observation, commands, self.config))
             pieces.append(head)
-        ids = self.tok.encode(pieces[0] if pieces else rest)
-        more = lambda t: list(self.tok.backend.encode(t, add_special_tokens=False).ids) if t else []
+        more = lambda t: self.tok.encode(t, add_special_tokens=False) if t else []
+        ids = more(pieces[0] if pieces else rest)
         for j, (_, _, reply) in enumerate(shown):
             after = pieces[j + 1] if j + 1 < len(pieces) else rest
             reply = list(reply)
@@ -369,7 +369,8 @@ class ChatRollout:
     def _table(self, commands: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
         """Constrained decoding: each row's replies that name a command, as token ids then end-of-turn."""
         fmt = self.config.action_format
-        words = [[self.tok.encode(format_command(c, fmt)) + [self.stop[0]] for c in cmds] for cmds in commands]
+        spell = lambda c: self.tok.encode(format_command(c, fmt), add_special_tokens=False) + [self.stop[0]]
+        words = [[spell(c) for c in cmds] for cmds in commands]
         R = self.config.max_reply
         A = max(1, max(len(w) for w in words))
         table = np.full((len(words), A, R), self.stop[0], np.int32)

@@ -120,11 +120,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True) -> di
     done = {(r["horizon"], r["temperature"], r["group_size"]) for r in results["rows"]}
     horizons = list(cfg.horizons) or [None]
     todo = [(h, t, k) for h in horizons for t in cfg.temperatures for k in cfg.group_sizes]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(todo) * cfg.batches, desc=f"credit {cfg.env}", unit="batch")
+    bar = _Bar(len(todo) * cfg.batches, f"credit {cfg.env}") if progress else None
     specs = cfg.specs()
     for h in horizons:
         models = None
@@ -152,6 +148,24 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, progress: bool = True) -> di
     if bar is not None:
         bar.close()
     return results
+
+
+class _Bar:
+    """A progress bar of batches (rich, the one progress library of the package): ``update(n)``, ``close()``."""
+
+    def __init__(self, total: int, description: str):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn())
+        self._task = self._progress.add_task(description, total=total)
+        self._progress.start()
+
+    def update(self, n: int = 1) -> None:
+        self._progress.advance(self._task, n)
+
+    def close(self) -> None:
+        self._progress.stop()
 
 
 # ------------------------------------------------------------------------------ rendering

@@ -136,9 +136,13 @@ def test_loading_onto_a_mesh_places_every_parameter_sharded(tiny_dir):
 
 
 def test_bad_checkpoints_raise_named_errors(tiny_dir, tmp_path):
+    tokenizer, weights = (tiny_dir / "tokenizer.json").read_bytes(), (tiny_dir / "model.safetensors").read_bytes()
     (tiny_dir / "tokenizer.json").unlink()
+    (tiny_dir / "model.safetensors").write_bytes(b"unreadable")  # the tokenizer is checked before the weights are read
     with pytest.raises(CheckpointError, match="has no tokenizer.json"):
         load_pretrained(tiny_dir)
+    (tiny_dir / "tokenizer.json").write_bytes(tokenizer)
+    (tiny_dir / "model.safetensors").write_bytes(weights)
     cfg = json.loads((tiny_dir / "config.json").read_text())
     (tiny_dir / "config.json").write_text(json.dumps({**cfg, "architectures": ["GPT2LMHeadModel"]}))
     with pytest.raises(CheckpointError, match="GPT2LMHeadModel.*not supported"):

@@ -56,8 +56,11 @@ class Pretrained:
     source: str
 
     def prompt_ids(self, messages, *, add_generation_prompt: bool = True) -> list[int]:
-        """The token ids of ``messages`` rendered by the chat template (what generation starts from)."""
-        return self.tokenizer.encode(self.chat_template(messages, add_generation_prompt=add_generation_prompt))
+        """The token ids of ``messages`` rendered by the chat template (what generation starts from),
+        encoded without adding special tokens, as transformers' ``apply_chat_template`` does: the
+        template writes BOS itself where the checkpoint wants one (``{{ bos_token }}``)."""
+        text = self.chat_template(messages, add_generation_prompt=add_generation_prompt)
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
 
 # ------------------------------------------------------------------------------------------ layout
@@ -188,6 +191,38 @@ def _gguf_fields(reader) -> dict[str, Any]:
     return out
 
 
+def _within_window(context: Optional[int], trained: int, window, where: str) -> int:
+    """The context to allow: ``context`` (default the checkpoint's), at most the sliding-attention
+    window. Within the window, sliding-window attention (Mistral's ``sliding_window``) is full
+    causal attention, so every sequence the model accepts is computed exactly; a longer one is
+    refused (``LlamaConfig.context``) rather than attended past the window."""
+    ctx = int(context or trained)
+    if window is None:
+        return ctx
+    window = int(window)
+    if context is not None and context > window:
+        raise CheckpointError(f"{where}: context={context} exceeds the checkpoint's sliding attention window of "
+                              f"{window} tokens, which this loader does not implement beyond the window; ask for at "
+                              f"most context={window}.")
+    return min(ctx, window)
+
+
+def select_chat_template(value, where: str) -> str:
+    """A ``chat_template`` field as text: a string, or a list of named templates (some
+    tokenizer_config.json files), of which the one named "default" is taken, as transformers
+    takes it; a list without one, or a field of another type, is refused naming it."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    if isinstance(value, list) and all(isinstance(t, Mapping) and "name" in t and "template" in t for t in value):
+        named = {t["name"]: t["template"] for t in value}
+        if "default" in named:
+            return str(named["default"])
+        raise CheckpointError(f"{where}: chat_template lists templates named {sorted(named)} but none named "
+                              "'default'; put the one to use under the name 'default'.")
+    raise CheckpointError(f"{where}: chat_template is a {type(value).__name__}; give a string or a list of "
+                          "{'name': ..., 'template': ...} entries.")
+
+
 def _gguf_config(meta: Mapping[str, Any], names: set[str], *, dtype: str, context: Optional[int], where: str):
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
@@ -200,8 +235,13 @@ def _gguf_config(meta: Mapping[str, Any], names: set[str], *, dtype: str, contex
     scaling = g("rope.scaling.type", "none")
     if scaling not in ("none", "linear"):
         raise CheckpointError(f"{where}: {arch}.rope.scaling.type={scaling!r} is not supported (none, linear).")
+    for k in ("attention.head_count", "embedding_length", "block_count", "feed_forward_length"):
+        if g(k) is None:
+            raise CheckpointError(f"{where}: GGUF metadata lacks {arch}.{k}, which the {arch} config needs; the file "
+                                  "is incomplete: convert the checkpoint again.")
     heads = int(g("attention.head_count"))
     hidden = int(g("embedding_length"))
+    context = _within_window(context, g("context_length", 2048), g("attention.sliding_window"), where)
     try:
         vocab = int(g("vocab_size", len(meta["tokenizer.ggml.tokens"])))
         cfg = LlamaConfig(vocab=vocab, hidden=hidden, layers=int(g("block_count")), heads=heads,
@@ -212,7 +252,7 @@ def _gguf_config(meta: Mapping[str, Any], names: set[str], *, dtype: str, contex
                           rope_factor=float(g("rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0,
                           rms_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
                           tie_embeddings="output.weight" not in names, attention_bias="blk.0.attn_q.bias" in names,
-                          context=int(context or g("context_length", 2048)), dtype=dtype)
+                          context=context, dtype=dtype)
     except (KeyError, TypeError) as e:
         raise CheckpointError(f"{where}: GGUF metadata lacks a field the {arch} config needs: {e}.") from e
     return arch, cfg
@@ -242,9 +282,9 @@ def _load_gguf(path: Path, *, dtype: str, mesh, context):
                                           "which the gguf package cannot dequantize.") from e
             yield t.name, read
 
-    model = _assemble(cfg, arch, tensors(), gguf_names=True, mesh=mesh, where=where)
-    tok = PretrainedTokenizer.from_gguf_metadata(meta)
+    tok = PretrainedTokenizer.from_gguf_metadata(meta)  # before the weights, as for a directory
     chat = ChatTemplate(str(meta.get("tokenizer.chat_template", "")), bos_token=tok.bos_token, eos_token=tok.eos_token)
+    model = _assemble(cfg, arch, tensors(), gguf_names=True, mesh=mesh, where=where)
     return model, tok, chat, cfg
 
 
@@ -261,8 +301,14 @@ def _hf_config(c: Mapping[str, Any], *, dtype: str, context: Optional[int], wher
     rope_type = rs.get("rope_type", rs.get("type", "default")) if rs else "default"
     if rope_type not in ("default", "linear", "llama3"):
         raise CheckpointError(f"{where}: rope_scaling type {rope_type!r} is not supported (default, linear, llama3).")
+    for k in ("num_attention_heads", "hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"):
+        if c.get(k) is None:
+            raise CheckpointError(f"{where}: config.json lacks {k!r}, which the {arch} config needs; copy the "
+                                  "checkpoint's own config.json.")
     heads = int(c["num_attention_heads"])
     theta = c.get("rope_theta", rs.get("rope_theta", 10000.0) if rs else 10000.0)
+    window = c.get("sliding_window") if c.get("use_sliding_window", True) is not False else None
+    context = _within_window(context, c.get("max_position_embeddings", 2048), window, where)
     try:
         cfg = LlamaConfig(vocab=int(c["vocab_size"]), hidden=int(c["hidden_size"]), layers=int(c["num_hidden_layers"]),
                           heads=heads, kv_heads=int(c.get("num_key_value_heads") or heads),
@@ -274,8 +320,8 @@ def _hf_config(c: Mapping[str, Any], *, dtype: str, context: Optional[int], wher
                           rope_original_context=int(rs.get("original_max_position_embeddings", 8192)) if rs else 8192,
                           rms_eps=float(c.get("rms_norm_eps", 1e-6)), tie_embeddings=bool(c.get("tie_word_embeddings", False)),
                           attention_bias=bool(c.get("attention_bias", arch == "qwen2")),
-                          context=int(context or c.get("max_position_embeddings", 2048)), dtype=dtype)
-    except KeyError as e:
+                          context=context, dtype=dtype)
+    except (KeyError, TypeError) as e:
         raise CheckpointError(f"{where}: config.json lacks {e}, which the {arch} config needs.") from e
     return arch, cfg
 
@@ -305,15 +351,17 @@ def _load_hf(path: Path, *, dtype: str, mesh, context):
                 for name in st.keys():
                     yield name, (lambda st=st, name=name: st.get_tensor(name))
 
-    model = _assemble(cfg, arch, tensors(), gguf_names=False, mesh=mesh, where=where)
+    # the tokenizer and the template first: a checkpoint that cannot talk is refused before its weights load
     tcfg = json.loads((path / "tokenizer_config.json").read_text()) if (path / "tokenizer_config.json").exists() else {}
     if (path / "chat_template.jinja").exists():
         tcfg["chat_template"] = (path / "chat_template.jinja").read_text()
+    tcfg["chat_template"] = select_chat_template(tcfg.get("chat_template"), where)
     if not (path / "tokenizer.json").exists():
         raise CheckpointError(f"{where} has no tokenizer.json: copy the checkpoint's tokenizer files beside its weights.")
     gen = json.loads((path / "generation_config.json").read_text()) if (path / "generation_config.json").exists() else {}
     tok = PretrainedTokenizer.from_hf_files(path / "tokenizer.json", tcfg, gen)
-    chat = ChatTemplate(str(tcfg.get("chat_template") or ""), bos_token=tok.bos_token, eos_token=tok.eos_token)
+    chat = ChatTemplate(tcfg["chat_template"], bos_token=tok.bos_token, eos_token=tok.eos_token)
+    model = _assemble(cfg, arch, tensors(), gguf_names=False, mesh=mesh, where=where)
     return model, tok, chat, cfg
 
 

@@ -25,6 +25,10 @@ class TokenizerError(ValueError):
     """A tokenizer or chat template the checkpoint does not describe well enough to build."""
 
 
+class ChatTemplateError(ValueError):
+    """The chat template refused the messages (its ``raise_exception``), with the template's words."""
+
+
 # GGUF ``tokenizer.ggml.pre`` -> the regex split before the byte-level step (llama.cpp's names). None: the
 # GPT-2 byte-level regex alone. "smollm": every digit on its own, then GPT-2's (SmolLM / StarCoder).
 _LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -78,11 +82,13 @@ class PretrainedTokenizer:
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """The ids of ``text``; ``add_special_tokens``: prepend BOS where the checkpoint says so
+        (``add_bos``). Chat text is encoded without (its template writes what it wants)."""
         if not isinstance(text, str):
             raise TypeError(f"encode takes a str, got {type(text).__name__}.")
         ids = self.backend.encode(text, add_special_tokens=False).ids
-        if self.add_bos and self.bos_token is not None:
+        if add_special_tokens and self.add_bos and self.bos_token is not None:
             ids = [self.backend.token_to_id(self.bos_token), *ids]
         return list(ids)
 
@@ -165,7 +171,7 @@ class ChatTemplate:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         def raise_exception(message):
-            raise jinja2.exceptions.TemplateError(message)
+            raise ChatTemplateError(f"the chat template refused the messages: {message}")
 
         def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
             return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)

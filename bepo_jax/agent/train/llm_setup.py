@@ -163,7 +163,8 @@ class LLMSetup(Setup):
         state, m = super().iterate(state, it)
         total = time.perf_counter() - t0
         ro = self.rollout
-        replies = [len(self.pretrained.tokenizer.encode(t["reply"])) for ep in ro.episodes for t in ep]
+        tok = self.pretrained.tokenizer
+        replies = [len(tok.encode(t["reply"], add_special_tokens=False)) for ep in ro.episodes for t in ep]
         m["reply_tokens"] = sum(replies) / max(len(replies), 1)
         m["rollout/decode_s"], m["rollout/env_s"] = ro.timing["decode_s"], ro.timing["env_s"]
         m["rollout/reply_tokens_per_s"] = sum(replies) / max(ro.timing["decode_s"], 1e-9)

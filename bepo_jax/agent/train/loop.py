@@ -78,9 +78,28 @@ def train(cfg: RunConfig, out: str | Path, *, resume: bool = False, progress: bo
         return _train(cfg, out, resume=resume, progress=progress, on_iteration=on_iteration, env=env)
 
 
+def _check_model(cfg: RunConfig) -> None:
+    """A pretrained run's checkpoint exists (checked before the run directory is written)."""
+    if cfg.pretrained:
+        from ..models.hub import resolve
+
+        path = resolve(cfg.model)  # an unfetched registry name raises, naming `bepo-jax models fetch`
+        if not path.exists():
+            raise FileNotFoundError(f"RunConfig.model={cfg.model!r}: no checkpoint at {path}; give a GGUF file, a "
+                                    "Hugging Face checkpoint directory, or a fetched name (bepo-jax models list).")
+
+
 def _train(cfg: RunConfig, out: Path, *, resume: bool, progress: bool, on_iteration, env) -> dict:
+    _check_model(cfg)
+    fresh = not (out / "config.json").exists()
     cfg = rundir.prepare(_with_env(cfg, env), out, resume=resume)
-    setup = _setup_for_run(cfg, out)
+    try:
+        setup = _setup_for_run(cfg, out)
+    except BaseException:
+        if fresh:  # nothing of a run that never started stays to block the corrected command
+            for name in ("config.json", rundir.HELD_OUT_FILE):
+                (out / name).unlink(missing_ok=True)
+        raise
     ckpt = Checkpointer(out / "checkpoints", max_to_keep=cfg.keep_checkpoints)
     state = setup.init_state()
     start, rows = 0, []
