@@ -201,11 +201,17 @@ def paired_test(diffs) -> dict:
 
 def holm(pvalues: dict[str, float], alpha: float = ALPHA) -> dict[str, dict]:
     """Holm's step-down rule over the family: sort the p-values, reject the i-th smallest (0-based) while
-    p_(i) <= alpha / (m - i); the adjusted p-value is the running max of (m - i) p_(i), capped at 1."""
-    order = sorted(pvalues, key=lambda k: pvalues[k])
+    p_(i) <= alpha / (m - i); the adjusted p-value is the running max of (m - i) p_(i), capped at 1. A NaN
+    p-value (a contrast that could not be tested) sorts last, is never rejected and stops the step-down
+    for none before it."""
+    nan = lambda k: pvalues[k] != pvalues[k]
+    order = sorted(pvalues, key=lambda k: (nan(k), 0.0 if nan(k) else pvalues[k]))
     m, running, rejecting, out = len(order), 0.0, True, {}
     for i, name in enumerate(order):
         p = pvalues[name]
+        if nan(name):
+            out[name] = {"holm_p": float("nan"), "rejected": False}
+            continue
         running = max(running, min(1.0, (m - i) * p))
         rejecting = rejecting and p <= alpha / (m - i)
         out[name] = {"holm_p": running, "rejected": bool(rejecting)}

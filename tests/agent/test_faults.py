@@ -87,3 +87,32 @@ def test_a_full_disk_during_a_checkpoint_save_is_a_clear_error_and_the_previous_
     assert step == 1 and meta == {"iteration": 1} and np.allclose(state["w"], 1.0)
     ck.save(3, {"w": 3 * jnp.ones(3)}, {"iteration": 3})  # and the checkpointer keeps working
     assert ck.steps() == [1, 3]
+
+
+def test_an_atomic_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+    import os as _os
+
+    from bepo_jax.agent.train.rundir import atomic_write
+
+    path = tmp_path / "summary.json"
+    atomic_write(path, "old")
+    real = _os.replace
+
+    def crash(src, dst):  # the writer dies between the write and the rename
+        raise OSError("killed")
+
+    monkeypatch.setattr(_os, "replace", crash)
+    with pytest.raises(OSError, match="killed"):
+        atomic_write(path, "new")
+    monkeypatch.setattr(_os, "replace", real)
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+    # two writers of one file each write through a temporary of their own
+    import threading
+
+    threads = [threading.Thread(target=atomic_write, args=(path, str(i) * 1000)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    text = path.read_text()
+    assert len(text) == 1000 and len(set(text)) == 1 and [p.name for p in tmp_path.iterdir()] == ["summary.json"]

@@ -37,6 +37,12 @@ def test_holm_matches_the_textbook_procedure():
     assert {k: round(v["holm_p"], 6) for k, v in h.items()} == {"d": 0.02, "a": 0.03, "c": 0.06, "b": 0.06}
     # step-down stops at the first acceptance even if a later p would pass its own threshold
     assert not cf.holm({"x": 0.2, "y": 0.011, "z": 0.012})["x"]["rejected"]
+    # a NaN p-value (an untestable contrast) is last whatever its place in the dict, and never rejected;
+    # m still counts it: the others are tested at alpha / 3 and alpha / 2, as the textbook's with p = 1 there
+    for p in ({"n": float("nan"), "a": 0.01, "b": 0.02}, {"a": 0.01, "n": float("nan"), "b": 0.02}):
+        h = cf.holm(p)
+        assert [h[k]["rejected"] for k in ("a", "b", "n")] == [True, True, False] and math.isnan(h["n"]["holm_p"])
+        assert h["a"]["holm_p"] == pytest.approx(0.03) and h["b"]["holm_p"] == pytest.approx(0.04)
     assert cf.decision({"mean": -2.0}, {"rejected": True}) == "contradicted"
     assert cf.decision({"mean": 2.0}, {"rejected": False}) == "not confirmed"
 

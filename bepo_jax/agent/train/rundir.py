@@ -32,9 +32,21 @@ from .report import run_summary
 
 
 def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """``path`` holds ``text`` whole or keeps what it held: a temporary file of its own in the same
+    folder (two writers never share one), flushed to disk, then renamed over ``path``."""
+    import tempfile
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
