@@ -87,15 +87,36 @@ LOG_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # each log.jsonl event's "time", local
 
 
 def _log(results: Path, **event) -> None:
+    """Append one event to log.jsonl, flushed to disk before returning (a crash loses at most the line
+    being written, which ``_events`` then reads as incomplete)."""
+    import os
+
     results.mkdir(parents=True, exist_ok=True)
     with open(results / "log.jsonl", "a") as f:
         f.write(json.dumps({"time": time.strftime(LOG_TIME_FORMAT), **event}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _events(results: Path) -> list[dict]:
-    """The log's events in order (``_log`` appends them); none before the first run."""
+    """The log's events in order (``_log`` appends them); none before the first run. A last line cut by
+    a crash is the last event, incomplete: it is left out, with a warning that says so and quotes it
+    (a cut line before the last is a damaged log and raises, naming its line)."""
+    import warnings
+
     log_file = results / "log.jsonl"
-    return [json.loads(x) for x in log_file.read_text().splitlines()] if log_file.exists() else []
+    lines = log_file.read_text().splitlines() if log_file.exists() else []
+    events = []
+    for i, x in enumerate(lines):
+        try:
+            events.append(json.loads(x))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise ValueError(f"{log_file}: line {i + 1} of {len(lines)} is not a JSON event ({x[:60]!r}); the "
+                                 "log is damaged before its end: restore it from git.") from None
+            warnings.warn(f"{log_file}: the last event is incomplete (cut by a crash: {x[:60]!r}); it is left out.",
+                          RuntimeWarning, stacklevel=2)
+    return events
 
 
 def _json(path: Path) -> dict:

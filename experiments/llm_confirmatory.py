@@ -70,12 +70,30 @@ def record_dir(arm: str, seed: int) -> Path:
 def keep_record(arm: str, seed: int, out: Path = OUT) -> Path:
     """Copy the finished run's ``RECORD_FILES`` from its run directory into ``record_dir`` (each file
     written atomically); an unfinished run, or a finished run of another config, raises."""
+    import shutil
+    import tempfile
+
     src, dst = run_dir(arm, seed, out), record_dir(arm, seed)
     if not is_finished_run_of(src, config(arm, seed)):
         raise ValueError(f"{src} holds no finished run of ({arm}, {seed}): nothing to keep; run it first.")
-    for name in RECORD_FILES:
-        if (src / name).exists():
-            write_text(dst / name, (src / name).read_text())
+    # the set is written into a folder of its own and renamed into place: a crash leaves the old record or
+    # the new one, never a mix
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    try:
+        for name in RECORD_FILES:
+            if (src / name).exists():
+                write_text(tmp / name, (src / name).read_text())
+        old = dst.parent / f".{dst.name}.old" if dst.exists() else None
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+            dst.rename(old)
+        tmp.rename(dst)
+        if old is not None:
+            shutil.rmtree(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return dst
 
 

@@ -220,3 +220,39 @@ def test_a_start_says_resumed_only_after_a_logged_iteration(tmp_path, monkeypatc
     assert "resumed" not in lc.event_line(older)
     note = {"time": "t", "event": "note", "text": "why"}
     assert lc.event_line(note) == "- t: note: why"
+
+
+def test_a_kept_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
+    out = tmp_path / "runs"
+    _finished_run(lc.run_dir("grpo", 300, out), "grpo", 300)
+    rec = lc.keep_record("grpo", 300, out)
+    before = {n: (rec / n).read_bytes() for n in lc.RECORD_FILES if (rec / n).exists()}
+    calls = []
+
+    def dies_on_the_second_file(path, text):  # the copy dies after one file of the set
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError("killed")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "changed")
+
+    monkeypatch.setattr(lc, "write_text", dies_on_the_second_file)
+    with pytest.raises(OSError, match="killed"):
+        lc.keep_record("grpo", 300, out)
+    assert {n: (rec / n).read_bytes() for n in before} == before  # the old set, whole
+    assert sorted(p.name for p in rec.parent.iterdir()) == [rec.name]  # no half-made folder left
+
+
+def test_a_cut_last_log_line_is_the_last_event_incomplete(tmp_path):
+    from experiments import confirmatory as cf
+
+    cf._log(tmp_path, event="start", arm="grpo", chunk=0)
+    with open(tmp_path / "log.jsonl", "a") as f:
+        f.write('{"time": "2026-12-06 05:00:00", "event": "fin')  # a crash mid-append
+    with pytest.warns(RuntimeWarning, match="the last event is incomplete"):
+        events = cf._events(tmp_path)
+    assert [e["event"] for e in events] == ["start"]
+    (tmp_path / "log.jsonl").write_text('{"event": "st\n' + json.dumps({"event": "finish"}) + "\n")
+    with pytest.raises(ValueError, match="line 1 of 2 is not a JSON event"):
+        cf._events(tmp_path)
