@@ -290,3 +290,16 @@ def test_state_texts_travel_as_bytes_for_similarity_merging(pre):
     merged = np.asarray(merge_similar(out.batch, out.obs_tokens, SimilarityConfig(threshold=0.5)).obs_key)
     distinct = lambda x: len({tuple(v) for v in x[valid]})
     assert distinct(merged) < distinct(keys)
+
+
+def test_a_turn_that_cannot_fit_even_without_history_is_refused_by_name(pre):
+    # a prompt over max_prompt first drops its oldest shown turns; one over it with none shown raises
+    tr = Trainer(pre.model, TrainConfig())
+    cfg = ChatRolloutConfig(group_size=1, max_prompt=160, bucket=16, prompt_history=2)
+    ro = ChatRollout(pre, tr.graphdef, tr.rest, Corridor, cfg, max_steps=2)
+    long = [("You are in room 0 of a corridor.", ["go east", "go west", "look"], [5] * 200)]
+    short = ro.prompt_ids("Go.", [], "Room 1.", ["look"])
+    assert len(short) <= 160
+    assert ro.prompt_ids("Go.", long, "Room 1.", ["look"]) == short  # the 200-token turn dropped out
+    with pytest.raises(ValueError, match="more than ChatRolloutConfig.max_prompt=160 with no earlier turn shown"):
+        ro.prompt_ids("Go. " * 40, [], "Room 1.", ["look"])
