@@ -116,3 +116,34 @@ def test_an_atomic_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(t
         t.join()
     text = path.read_text()
     assert len(text) == 1000 and len(set(text)) == 1 and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_host_files_saving_a_step_again_keeps_the_old_copy_until_the_new_one_is_in_place(tmp_path, monkeypatch):
+    import os as _os
+
+    from bepo_jax.agent.rl.checkpoint import HostFiles
+
+    hf = HostFiles(tmp_path)
+    state = {"w": np.arange(4.0)}
+    hf.save(3, state, {"iteration": 3}, keep=2)
+    real = _os.replace
+    seen = []
+
+    def dies_on_the_final_rename(src, dst):
+        seen.append((str(src), str(dst)))
+        if str(src).endswith(f".tmp-{_os.getpid()}"):
+            raise OSError("killed")
+        return real(src, dst)
+
+    monkeypatch.setattr(_os, "replace", dies_on_the_final_rename)
+    with pytest.raises(OSError, match="killed"):
+        hf.save(3, {"w": np.zeros(4)}, {"iteration": 3}, keep=2)
+    monkeypatch.setattr(_os, "replace", real)
+    # the old copy was moved aside, not deleted, and the next look at the steps puts it back
+    aside = tmp_path / f"3.old-{_os.getpid()}"
+    assert aside.exists() and not (tmp_path / "3").exists()
+    assert hf.steps() == [3] and not aside.exists()
+    assert hf.restore(3, {"w": np.zeros(4)})[0]["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    hf.save(3, {"w": np.ones(4)}, {"iteration": 3}, keep=2)  # saving again completes and tidies
+    got, meta = hf.restore(3, {"w": np.zeros(4)})
+    assert got["w"].tolist() == [1.0] * 4 and hf.steps() == [3] and sorted(p.name for p in tmp_path.iterdir()) == ["3"]

@@ -163,7 +163,8 @@ class HostFiles:
     """Checkpoints as plain host files, for a run that one process of several owns: step ``s`` is
     the directory ``<dir>/<s>`` holding ``state.npz`` (every leaf by its key path), ``meta.json``
     and ``COMMITTED``; it is written under ``<s>.tmp-<pid>`` and renamed when complete, so a crash
-    leaves the earlier steps as they were. ``Checkpointer`` reads these beside orbax's."""
+    leaves the earlier steps as they were (a step saved again is renamed aside, not deleted, until
+    the new copy is in place). ``Checkpointer`` reads these beside orbax's."""
 
     MARK = "COMMITTED"
 
@@ -175,8 +176,14 @@ class HostFiles:
         return (path / HostFiles.MARK).exists()
 
     def steps(self) -> list[int]:
+        """The committed steps; a step whose new copy never arrived (a crash between ``save``'s two
+        renames) gets its old copy back first."""
         if not self.directory.exists():
             return []
+        for p in self.directory.glob("*.old-*"):
+            step = p.name.split(".old-")[0]
+            if step.isdigit() and self.holds(p) and not (self.directory / step).exists():
+                os.replace(p, self.directory / step)
         return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit() and self.holds(p))
 
     def save(self, step: int, state: Any, meta: dict, *, keep: int) -> None:
@@ -195,8 +202,12 @@ class HostFiles:
             (tmp / "meta.json").write_text(json.dumps(meta))
             (tmp / self.MARK).write_text(str(step))
             final = self.directory / str(step)
-            shutil.rmtree(final, ignore_errors=True)
+            aside = self.directory / f"{step}.old-{os.getpid()}"
+            if final.exists():  # the same step saved again: the old copy stays whole until the new one is in place
+                shutil.rmtree(aside, ignore_errors=True)
+                os.replace(final, aside)
             os.replace(tmp, final)
+            shutil.rmtree(aside, ignore_errors=True)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
