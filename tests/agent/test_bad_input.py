@@ -113,3 +113,31 @@ def test_a_mistyped_model_leaves_no_run_behind(tmp_path, tiny_chat_dir, capsys):
     with pytest.raises(SystemExit):
         main(["train", "--model", str(broken), *flags])
     assert not (out / "config.json").exists() and not (out / "held_out.json").exists()
+
+
+FIELDS = ("num_attention_heads", "hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size",
+          "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "sliding_window", "rope_parameters")
+
+
+def test_malformed_configs_load_or_raise_a_named_error(tmp_path_factory):
+    from hypothesis import given, settings, strategies as st
+
+    base = tmp_path_factory.mktemp("malformed") / "tiny_qwen2"
+    shutil.copytree(FIXTURES / "tiny_qwen2", base)
+    (base / "tokenizer.json").write_bytes(gzip.decompress((base / "tokenizer.json.gz").read_bytes()))
+    (base / "tokenizer.json.gz").unlink()
+    good = json.loads((base / "config.json").read_text())
+    values = st.one_of(st.none(), st.just("abc"), st.integers(-3, 3), st.just(2.5), st.just([1]), st.just({}))
+
+    @settings(max_examples=40, deadline=None, derandomize=True)
+    @given(st.dictionaries(st.sampled_from(FIELDS), st.one_of(st.just("<delete>"), values), min_size=1, max_size=3))
+    def check(changes):
+        cfg = {k: v for k, v in good.items() if changes.get(k) != "<delete>"}
+        cfg.update({k: v for k, v in changes.items() if v != "<delete>"})
+        (base / "config.json").write_text(json.dumps(cfg))
+        try:
+            load_pretrained(base)
+        except CheckpointError as e:  # named: the file and the field or tensor
+            assert "config.json" in str(e) or "tensor" in str(e) or "model." in str(e), str(e)
+
+    check()

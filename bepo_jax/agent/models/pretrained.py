@@ -291,38 +291,54 @@ def _load_gguf(path: Path, *, dtype: str, mesh, context):
 # ------------------------------------------------------------------------------------------ Hugging Face
 
 
+def _number(c: Mapping[str, Any], key: str, kind, where: str, default=None):
+    """config.json's ``key`` as ``kind`` (int or float); absent or null: ``default`` (None: required).
+    Anything else (a string, a list, a bool, a fractional int) is refused naming the key."""
+    v = c.get(key)
+    if v is None:
+        if default is None:
+            raise CheckpointError(f"{where}: config.json lacks {key!r}, which the model needs; copy the checkpoint's "
+                                  "own config.json.")
+        return default
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (kind is float or float(v).is_integer())
+    if not ok:
+        raise CheckpointError(f"{where}: config.json's {key!r} is {v!r}; it must be {'an integer' if kind is int else 'a number'}.")
+    return kind(v)
+
+
 def _hf_config(c: Mapping[str, Any], *, dtype: str, context: Optional[int], where: str):
     archs = c.get("architectures") or []
-    arch = next((HF_ARCHITECTURES[a] for a in archs if a in HF_ARCHITECTURES), None)
+    arch = next((HF_ARCHITECTURES[a] for a in archs if isinstance(a, str) and a in HF_ARCHITECTURES), None)
     if arch is None:
         raise CheckpointError(f"{where}: architectures={archs!r} is not supported; this loader reads "
                               f"{', '.join(HF_ARCHITECTURES)}.")
     rs = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    if not isinstance(rs, Mapping):
+        raise CheckpointError(f"{where}: config.json's rope_scaling / rope_parameters is {rs!r}; it must be an object.")
     rope_type = rs.get("rope_type", rs.get("type", "default")) if rs else "default"
     if rope_type not in ("default", "linear", "llama3"):
         raise CheckpointError(f"{where}: rope_scaling type {rope_type!r} is not supported (default, linear, llama3).")
-    for k in ("num_attention_heads", "hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"):
-        if c.get(k) is None:
-            raise CheckpointError(f"{where}: config.json lacks {k!r}, which the {arch} config needs; copy the "
-                                  "checkpoint's own config.json.")
-    heads = int(c["num_attention_heads"])
-    theta = c.get("rope_theta", rs.get("rope_theta", 10000.0) if rs else 10000.0)
-    window = c.get("sliding_window") if c.get("use_sliding_window", True) is not False else None
-    context = _within_window(context, c.get("max_position_embeddings", 2048), window, where)
+    n = lambda key, kind=int, default=None: _number(c, key, kind, where, default)
+    r = lambda key, default: _number(rs, key, float, f"{where} (rope_scaling)", default)
+    heads, hidden = n("num_attention_heads"), n("hidden_size")
+    layers, intermediate, vocab = n("num_hidden_layers"), n("intermediate_size"), n("vocab_size")
+    if heads < 1:
+        raise CheckpointError(f"{where}: config.json's 'num_attention_heads' is {heads}; it must be at least 1.")
+    theta = n("rope_theta", float, r("rope_theta", 10000.0))
+    use_window = c.get("use_sliding_window", True) is not False
+    window = n("sliding_window", int, 0) if use_window else 0
+    context = _within_window(context, n("max_position_embeddings", int, 2048), window or None, where)
     try:
-        cfg = LlamaConfig(vocab=int(c["vocab_size"]), hidden=int(c["hidden_size"]), layers=int(c["num_hidden_layers"]),
-                          heads=heads, kv_heads=int(c.get("num_key_value_heads") or heads),
-                          head_dim=int(c.get("head_dim") or c["hidden_size"] // heads),
-                          intermediate=int(c["intermediate_size"]), rope_theta=float(theta), rope_type=rope_type,
-                          rope_factor=float(rs.get("factor", 1.0)) if rs else 1.0,
-                          rope_low_freq_factor=float(rs.get("low_freq_factor", 1.0)) if rs else 1.0,
-                          rope_high_freq_factor=float(rs.get("high_freq_factor", 4.0)) if rs else 4.0,
-                          rope_original_context=int(rs.get("original_max_position_embeddings", 8192)) if rs else 8192,
-                          rms_eps=float(c.get("rms_norm_eps", 1e-6)), tie_embeddings=bool(c.get("tie_word_embeddings", False)),
-                          attention_bias=bool(c.get("attention_bias", arch == "qwen2")),
-                          context=context, dtype=dtype)
-    except (KeyError, TypeError) as e:
-        raise CheckpointError(f"{where}: config.json lacks {e}, which the {arch} config needs.") from e
+        cfg = LlamaConfig(vocab=vocab, hidden=hidden, layers=layers, heads=heads,
+                          kv_heads=n("num_key_value_heads", int, heads), head_dim=n("head_dim", int, hidden // heads),
+                          intermediate=intermediate, rope_theta=theta, rope_type=rope_type,
+                          rope_factor=r("factor", 1.0), rope_low_freq_factor=r("low_freq_factor", 1.0),
+                          rope_high_freq_factor=r("high_freq_factor", 4.0),
+                          rope_original_context=int(r("original_max_position_embeddings", 8192)),
+                          rms_eps=n("rms_norm_eps", float, 1e-6), tie_embeddings=bool(c.get("tie_word_embeddings", False)),
+                          attention_bias=bool(c.get("attention_bias", arch == "qwen2")), context=context, dtype=dtype)
+    except ValueError as e:  # LlamaConfig's own checks name the field
+        raise CheckpointError(f"{where}: config.json gives {e}") from e
     return arch, cfg
 
 
