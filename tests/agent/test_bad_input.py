@@ -141,3 +141,25 @@ def test_malformed_configs_load_or_raise_a_named_error(tmp_path_factory):
             assert "config.json" in str(e) or "tensor" in str(e) or "model." in str(e), str(e)
 
     check()
+
+
+def test_any_prompt_text_renders_encodes_and_generates(tiny_dir):
+    from hypothesis import given, settings, strategies as st
+
+    from bepo_jax.agent.models.generate import reply
+
+    pre = load_pretrained(tiny_dir)
+
+    text = lambda n: st.text(st.characters(min_codepoint=32, max_codepoint=0x2FFF, blacklist_categories=("Cs", "Cc")),
+                             max_size=n)
+
+    @settings(max_examples=20, deadline=None, derandomize=True)
+    @given(text(40), st.one_of(st.none(), text(20)))
+    def check(prompt, system):
+        msgs = ([{"role": "system", "content": system}] if system is not None else []) + \
+            [{"role": "user", "content": prompt}]
+        ids = pre.prompt_ids(msgs)
+        assert ids and pre.tokenizer.decode(ids) == pre.chat_template(msgs)  # byte-level BPE: text round-trips
+        assert isinstance(reply(pre, msgs, max_tokens=2), str)
+
+    check()
