@@ -200,8 +200,10 @@ def _eval(args: argparse.Namespace) -> int:
 
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, json.dumps(record, indent=2))
-    print(f"{label} (iteration {it}): success {ev['success_rate']:.3f} +- {ev['ci95']:.3f} (95% t-interval over "
-          f"{ev['tasks']} games, {ev['episodes']} episodes each); per-game results in {out}")
+    spread = (f"+- {ev['ci95']:.3f} (95% t-interval over {ev['tasks']} games" if ev["ci95"] is not None
+              else "(one game: no interval")
+    print(f"{label} (iteration {it}): success {ev['success_rate']:.3f} {spread}, {ev['episodes']} episodes each); "
+          f"per-game results in {out}")
     return 0
 
 

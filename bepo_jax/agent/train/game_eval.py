@@ -69,7 +69,8 @@ def evaluate_games(setup, params, games: Sequence[str], *, episodes: Optional[in
     """Success of ``setup``'s chat policy with ``params`` on ``games``, ``episodes`` each (default
     the run's group size); games ``batch`` at a time, game i's episodes with the key
     ``fold_in(PRNGKey(seed), i // batch)``. Returns success_rate, ci95 (the half-width of the 95%
-    t-interval over games), tasks, episodes and ``games`` (one record each)."""
+    t-interval over games; None for one game: there is no interval), tasks, episodes and ``games``
+    (one record each)."""
     from ...agent.chat_rollout import ChatRollout
     from ..envs.textworld_env import game_signature
 
@@ -96,6 +97,6 @@ def evaluate_games(setup, params, games: Sequence[str], *, episodes: Optional[in
                             "invalid_rate": float(((actions[j] < 0) & valid[j]).sum() / max(valid[j].sum(), 1))})
     per_game = np.asarray([r["success"] for r in records])
     ci = mean_ci(per_game)[1]
-    return {"success_rate": float(per_game.mean()), "ci95": 0.0 if math.isnan(ci) else float(ci),
+    return {"success_rate": float(per_game.mean()), "ci95": None if math.isnan(ci) else float(ci),  # one game: none
             "tasks": len(records), "episodes": K, "temperature": cfg.temperature, "max_steps": setup.max_steps,
             "games": records}
