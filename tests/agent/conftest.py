@@ -16,6 +16,20 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llm"
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 16, 2, 2, 1, 32, 49152
 
 
+def copy_tiny_qwen2(dest: Path) -> Path:
+    """The tiny random Qwen2 checkpoint transformers saved (``tests/fixtures/llm/tiny_qwen2``), copied to
+    ``dest`` with its tokenizer unpacked: a directory a test may edit."""
+    shutil.copytree(FIXTURES / "tiny_qwen2", dest)
+    (dest / "tokenizer.json").write_bytes(gzip.decompress((dest / "tokenizer.json.gz").read_bytes()))
+    (dest / "tokenizer.json.gz").unlink()
+    return dest
+
+
+@pytest.fixture
+def tiny_dir(tmp_path):
+    return copy_tiny_qwen2(tmp_path / "tiny_qwen2")
+
+
 def write_tiny_chat_model(d: Path, seed: int = 0) -> Path:
     """A LlamaForCausalLM directory: config.json, model.safetensors (random, HF names, [out, in]
     weights), the tokenizer files and chat template."""

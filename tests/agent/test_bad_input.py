@@ -4,7 +4,6 @@ words); a sliding attention window bounds the context instead of being ignored."
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from pathlib import Path
@@ -15,17 +14,7 @@ from bepo_jax.agent.models.pretrained import CheckpointError, load_pretrained, s
 from bepo_jax.agent.models.tokenizer import ChatTemplateError
 from bepo_jax.cli import main
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llm"
-
-
-@pytest.fixture
-def tiny_dir(tmp_path):
-    d = tmp_path / "tiny_qwen2"
-    shutil.copytree(FIXTURES / "tiny_qwen2", d)
-    (d / "tokenizer.json").write_bytes(gzip.decompress((d / "tokenizer.json.gz").read_bytes()))
-    (d / "tokenizer.json.gz").unlink()
-    return d
-
+from .conftest import copy_tiny_qwen2
 
 def _edit(path: Path, **fields) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
@@ -122,10 +111,7 @@ FIELDS = ("num_attention_heads", "hidden_size", "num_hidden_layers", "intermedia
 def test_malformed_configs_load_or_raise_a_named_error(tmp_path_factory):
     from hypothesis import given, settings, strategies as st
 
-    base = tmp_path_factory.mktemp("malformed") / "tiny_qwen2"
-    shutil.copytree(FIXTURES / "tiny_qwen2", base)
-    (base / "tokenizer.json").write_bytes(gzip.decompress((base / "tokenizer.json.gz").read_bytes()))
-    (base / "tokenizer.json.gz").unlink()
+    base = copy_tiny_qwen2(tmp_path_factory.mktemp("malformed") / "tiny_qwen2")
     good = json.loads((base / "config.json").read_text())
     values = st.one_of(st.none(), st.just("abc"), st.integers(-3, 3), st.just(2.5), st.just([1]), st.just({}))
 

@@ -12,9 +12,7 @@ rounding, while any layout error (the Q/K permutation, RoPE's layout, a norm's e
 O(1) (measured: up to 28).
 """
 
-import gzip
 import json
-import shutil
 from pathlib import Path
 
 import jax
@@ -94,15 +92,6 @@ def test_greedy_generation_equals_transformers_token_for_token(smol):
     for g, ours in zip(gens, new):
         assert ours == g["new"][:len(ours)] and (len(ours) == len(g["new"]) or ours[-1] == 2), g["messages"]
     assert reply(smol, gens[0]["messages"], max_tokens=24) == gens[0]["text"] == "The capital of France is Paris."
-
-
-@pytest.fixture
-def tiny_dir(tmp_path):
-    d = tmp_path / "tiny_qwen2"
-    shutil.copytree(FIXTURES / "tiny_qwen2", d)
-    (d / "tokenizer.json").write_bytes(gzip.decompress((d / "tokenizer.json.gz").read_bytes()))
-    (d / "tokenizer.json.gz").unlink()
-    return d
 
 
 def test_a_hugging_face_directory_loads_to_transformers_logits(tiny_dir):
