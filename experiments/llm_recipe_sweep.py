@@ -142,6 +142,8 @@ def summarize() -> dict:
             v["sampled_success_last5"] = float(np.mean([r["success_rate"] for r in last]))
             v["sampled_success_first5"] = float(np.mean([r["success_rate"] for r in steps[:5]]))
             v["invalid_last5"] = float(np.mean([r.get("invalid_rate", np.nan) for r in last]))
+        if rows and "eval_train/success_rate" in rows[0]:
+            v["training_games_initial"] = rows[0]["eval_train/success_rate"]
         if done:
             tr = lambda r: {k[len("eval_train/"):]: r[k] for k in r if k.startswith("eval_train/")}
             change, ci = paired_change(tr(rows[0]), tr(rows[-1]))
@@ -159,7 +161,8 @@ def render(res: dict) -> list[str]:
              f"`{res['command']}`; every variant started is listed. Training games only: the first "
              f"{res['eval_games']} training games x 4 episodes evaluated at iteration 0 and the last (the interval: "
              "95% t over those games of the paired change); 'sampled' = the success of the training episodes, "
-             "means of the first and last 5 iterations. No held-out game is played.", "",
+             "means of the first and last 5 iterations; 's / it.' is wall time, other jobs on the machine included. "
+             "No held-out game is played.", "",
              "| variant | overrides | iterations | s / it. | sampled, first 5 | sampled, last 5 | invalid, last 5 | "
              "training games, it. 0 | at the end | change (95% CI) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for v in res["variants"]:
@@ -168,7 +171,7 @@ def render(res: dict) -> list[str]:
         change = (f"{tg['paired_change']:+.3f} +- {tg['paired_change_ci95']:.3f}" if tg else "not finished")
         lines.append(f"| {v['variant']} | {', '.join(f'{k}={x}' for k, x in v['overrides'].items())} | "
                      f"{v['iterations_done']} | {v['seconds'] / its:.1f} | {f(v.get('sampled_success_first5'))} | "
-                     f"{f(v.get('sampled_success_last5'))} | {f(v.get('invalid_last5'))} | {f(tg.get('initial'))} | "
+                     f"{f(v.get('sampled_success_last5'))} | {f(v.get('invalid_last5'))} | {f(v.get('training_games_initial'))} | "
                      f"{f(tg.get('final'))} | {change} |")
     lines += ["", "Starts:", ""] + [f"- {v['variant']}: " + "; ".join(v["starts"]) for v in res["variants"]]
     return lines
