@@ -25,11 +25,6 @@ def copy_tiny_qwen2(dest: Path) -> Path:
     return dest
 
 
-@pytest.fixture
-def tiny_dir(tmp_path):
-    return copy_tiny_qwen2(tmp_path / "tiny_qwen2")
-
-
 def write_tiny_chat_model(d: Path, seed: int = 0) -> Path:
     """A LlamaForCausalLM directory: config.json, model.safetensors (random, HF names, [out, in]
     weights), the tokenizer files and chat template."""

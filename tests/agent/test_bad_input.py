@@ -16,6 +16,11 @@ from bepo_jax.cli import main
 
 from .conftest import copy_tiny_qwen2
 
+
+@pytest.fixture
+def tiny_dir(tmp_path):
+    return copy_tiny_qwen2(tmp_path / "tiny_qwen2")
+
 def _edit(path: Path, **fields) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
 

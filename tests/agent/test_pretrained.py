@@ -24,12 +24,19 @@ from bepo_jax.agent.models import hub
 from bepo_jax.agent.models.generate import generate, reply
 from bepo_jax.agent.models.pretrained import CheckpointError, load_pretrained
 
+from .conftest import copy_tiny_qwen2
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "llm"
 REF = json.loads((FIXTURES / "smollm2_reference.json").read_text())
 GGUF = hub.path_of("smollm2-135m")
 needs_model = pytest.mark.skipif(not GGUF.exists(), reason="run `bepo-jax models fetch smollm2-135m` (make test does)")
 pytestmark = pytest.mark.xdist_group("smollm2")
 ATOL = 2e-3
+
+
+@pytest.fixture
+def tiny_dir(tmp_path):
+    return copy_tiny_qwen2(tmp_path / "tiny_qwen2")
 
 
 @pytest.fixture(scope="module")
