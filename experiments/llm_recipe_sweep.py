@@ -33,6 +33,7 @@ from bepo_jax.agent.train.report import paired_change
 from bepo_jax.agent.train.rundir import RunLock, atomic_write, read_metrics
 
 from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines
+from .llm_learning import _log
 
 NAME = "llm_recipe_sweep"
 OUT = ROOT / "runs" / "llm_sweep"
@@ -56,12 +57,6 @@ CURVE = ("iteration", "success_rate", "invalid_rate", "reply_tokens", "episode_l
 
 def config_of(name: str):
     return recipe("llm_textworld").replace(**{**BASE, **VARIANTS[name]})
-
-
-def _log(out: Path, line: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "starts.log", "a") as f:
-        f.write(f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} {line}\n")
 
 
 def _append(out: Path, row: dict) -> None:

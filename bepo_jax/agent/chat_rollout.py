@@ -417,7 +417,8 @@ class ChatRollout:
         valid, action_out = np.zeros((N, T), bool), np.full((N, T), -1, np.int32)
         action_text = np.full((N, T), "", object)  # the chosen command ("" = no valid command, and padding)
         turns = []  # per turn: (prompt rows, reply tokens [N, R], reply mask, logp, hidden)
-        frozen, model = self.frozen, self.pre.model
+        frozen = self.frozen
+        empty = lambda: self.pre.model.empty_cache(1, cfg.bucket + R)  # no prefix kept: nothing visible
         computed = prompted = 0
         # the prefix every row's first prompt shares, computed once (the weights change each call)
         first = [self.prompt_ids(objective[i], [], obs[i], cmds[i]) for i in range(N)]
@@ -428,7 +429,7 @@ class ChatRollout:
             ids, pm = left_pad([shared], self._bucket(len(shared)), self.pad)
             cache = self._prefix(params, frozen, ids, pm)
         else:
-            cache = model.empty_cache(1, self.config.bucket + R)
+            cache = empty()
         decode_s += time.perf_counter() - t1
         cached = [list(shared)] * N
         len_old = np.full(N, len(shared), np.int32)
@@ -453,7 +454,7 @@ class ChatRollout:
             computed += plan["computed"]
             prompted += sum(len(rows[i]) for i in np.flatnonzero(live))
             if not cfg.reuse_cache:  # every turn starts from nothing
-                cache = model.empty_cache(1, self.config.bucket + R)
+                cache = empty()
             source = np.arange(N, dtype=np.int32) if cfg.reuse_cache else np.zeros(N, np.int32)
             t1 = time.perf_counter()
             for i in np.flatnonzero(live):

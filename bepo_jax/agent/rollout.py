@@ -146,7 +146,7 @@ def sample_responses(model: nnx.Module, prompts: Int[Array, "N P"], pmasks: Bool
     old_logp), each [N, L].
 
     ``decode``: "cached" — one ``prefill`` of the prompts, then one ``decode_step`` per
-    token in a ``lax.scan``, log-probs taken at sampling time; "full" — a full forward per
+    token until every row has stopped (``decode_responses``), log-probs taken at sampling time; "full" — a full forward per
     sampled position (skipping determined ones) and one more at the end for the log-probs
     (the reference path, for models without the decode contract); "auto" — cached when
     the model provides it. Both draw the same keys: same tokens, log-probs equal to

@@ -197,10 +197,10 @@ class LlamaBlock(nnx.Module):
 
     def __call__(self, h, rope, bias, out_from: int = 0):
         """The block over the whole sequence (``rope``: ``rope_tables`` of its positions); returns its
-        output from position ``out_from`` on (static) and this layer's keys and values at every position."""
+        output from position ``out_from`` on (static). The caches are filled by ``extend``."""
         q, k, v = self.qkv(h, rope)
         att = gqa_attention(q[:, out_from:], k, v, bias, causal=True, q_offset=out_from)
-        return self.out(h[:, out_from:], att), (k, v)
+        return self.out(h[:, out_from:], att)
 
     def step(self, h, slot, rope, cache_k, cache_v, bias):
         """One new token (h [N, 1, W]) at cache slot ``slot``; ``rope``: ``rope_tables`` of its position."""
@@ -208,7 +208,6 @@ class LlamaBlock(nnx.Module):
         cache_k = jax.lax.dynamic_update_slice_in_dim(cache_k, k.astype(cache_k.dtype), slot, axis=2)
         cache_v = jax.lax.dynamic_update_slice_in_dim(cache_v, v.astype(cache_v.dtype), slot, axis=2)
         return self.out(h, gqa_attention(q, cache_k, cache_v, bias, causal=False)), cache_k, cache_v
-
 
     def extend(self, h, rope, cache_k, cache_v, write, bias, start: int, out_from: int):
         """C new tokens (h [N, C, W]) at cache slots start .. start + C - 1 (static), their keys and
@@ -269,8 +268,7 @@ class LlamaLM(nnx.Module):
         return self.lm_head(h.astype(self.cfg.jnp_dtype)).astype(jnp.float32)
 
     def _forward(self, tokens, mask, start: int = 0, *, hidden=None, first: int = 0):
-        """Logits from position ``start``, every block's keys and values, and the input of block
-        ``capture_layer`` (None when unset). ``hidden``: the input of block ``first`` (instead of
+        """Logits from position ``start`` and the input of block ``capture_layer`` (None when unset). ``hidden``: the input of block ``first`` (instead of
         embedding ``tokens`` and running the blocks below it)."""
         mask = mask.astype(bool)
         N, L = mask.shape
@@ -279,15 +277,14 @@ class LlamaLM(nnx.Module):
         rope = rope_tables(positions, rope_frequencies(self.cfg))
         bias = key_bias(mask)
         h = self.embed(tokens) if hidden is None else hidden.astype(self.cfg.jnp_dtype)
-        kv, captured = [], None
+        captured = None
         for i, blk in enumerate(self.layers):
             if i < first:
                 continue
             if i == self.capture_layer:
                 captured = h
-            h, layer_kv = blk(h, rope, bias, start if i == len(self.layers) - 1 else 0)
-            kv.append(layer_kv)
-        return self._head(h), kv, captured
+            h = blk(h, rope, bias, start if i == len(self.layers) - 1 else 0)
+        return self._head(h), captured
 
     def __call__(self, tokens: Int[Array, "N L"], mask: Bool[Array, "N L"]) -> Float[Array, "N L V"]:
         return self._forward(tokens, mask)[0]
@@ -296,7 +293,7 @@ class LlamaLM(nnx.Module):
         """The input of block ``capture_layer`` at every position (the full forward's)."""
         if self.capture_layer is None:
             raise ValueError("LlamaLM.hidden_states: set capture_layer (the first block to run again) first.")
-        return self._forward(tokens, mask)[2]
+        return self._forward(tokens, mask)[1]
 
     def score_hidden(self, hidden: Float[Array, "N L W"], mask: Bool[Array, "N L"], start: int
                      ) -> Float[Array, "N L-start V"]:

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from .report import mean_ci
+from .setup import rollouts_in_batches
 
 GAME_SUFFIXES = (".z8", ".ulx")
 
@@ -67,10 +68,10 @@ def games_from_seeds(seeds: Sequence[int], games_dir: str | Path, *, quest_lengt
 def evaluate_games(setup, params, games: Sequence[str], *, episodes: Optional[int] = None, seed: int = 0,
                    batch: int = 16) -> dict:
     """Success of ``setup``'s chat policy with ``params`` on ``games``, ``episodes`` each (default
-    the run's group size); games ``batch`` at a time, game i's episodes with the key
-    ``fold_in(PRNGKey(seed), i // batch)``. Returns success_rate, ci95 (the half-width of the 95%
-    t-interval over games; None for one game: there is no interval), tasks, episodes and ``games``
-    (one record each)."""
+    the run's group size); games ``batch`` at a time (``setup.rollouts_in_batches``: the batch from
+    game i with ``PRNGKey(seed)`` for i = 0, ``fold_in`` of it with i after). Returns
+    success_rate, ci95 (the half-width of the 95% t-interval over games; None for one game: there
+    is no interval), tasks, episodes and ``games`` (one record each)."""
     from ...agent.chat_rollout import ChatRollout
     from ..envs.textworld_env import game_signature
 
@@ -84,12 +85,13 @@ def evaluate_games(setup, params, games: Sequence[str], *, episodes: Optional[in
     if K < 1:
         raise ValueError(f"--episodes {K}: play at least 1 episode per game.")
     cfg = dataclasses.replace(setup.rollout_cfg, group_size=K)
-    ro = ChatRollout(setup.pretrained, setup.trainer.graphdef, setup.trainer.rest, setup.env.chat_env, cfg,
-                     max_steps=setup.max_steps)
+    ro = setup.rollout if cfg == setup.rollout_cfg else ChatRollout(  # the run's own: its programs are compiled
+        setup.pretrained, setup.trainer.graphdef, setup.trainer.rest, setup.env.chat_env, cfg, max_steps=setup.max_steps)
+    games = list(games)
+    outs = rollouts_in_batches(ro, params, games, jax.random.PRNGKey(seed), batch)
     records = []
-    for start in range(0, len(games), batch):
-        chunk = list(games[start:start + batch])
-        out = ro(params, chunk, jax.random.fold_in(jax.random.PRNGKey(seed), start // batch))
+    for start, out in zip(range(0, len(games), batch), outs):
+        chunk = games[start:start + batch]
         success, valid, actions = map(np.asarray, (out.success, out.batch.mask, out.actions))
         for j, g in enumerate(chunk):
             records.append({"game": g, "signature": game_signature(g), "success": float(success[j].mean()),

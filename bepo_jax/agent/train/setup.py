@@ -264,8 +264,7 @@ class Setup:
         if self.host:  # EVAL_BATCH tasks at a time (bounded memory); the first batch with ``key`` itself
             n = n_tasks or self.cfg.eval_tasks
             tasks = self.train_tasks[:n] if training else self.held_out_tasks(n)
-            outs = [self.rollout(params, tasks[i:i + EVAL_BATCH], key if not i else jax.random.fold_in(key, i))
-                    for i in range(0, len(tasks), EVAL_BATCH)]
+            outs = rollouts_in_batches(self.rollout, params, tasks, key, EVAL_BATCH)
             return evaluation(np.concatenate([np.asarray(o.success) for o in outs]),
                               np.concatenate([np.asarray(o.batch.reward) for o in outs]))
         else:
@@ -276,6 +275,14 @@ class Setup:
 
 
 EVAL_BATCH = 16  # host environments' evaluation: tasks rolled out together
+
+
+def rollouts_in_batches(rollout, params, tasks, key, batch: int) -> list:
+    """``rollout`` over ``tasks`` ``batch`` at a time (bounded memory): the batch from task i with
+    ``key`` itself for i = 0 and ``fold_in(key, i)`` after, so up to ``batch`` tasks roll out as in
+    one call."""
+    return [rollout(params, tasks[i:i + batch], key if not i else jax.random.fold_in(key, i))
+            for i in range(0, len(tasks), batch)]
 
 
 def action_counts(actions, valid, n_actions: int):
