@@ -21,10 +21,10 @@ Data model (``bepo_jax.credit.types``)
 
 Estimators (``bepo_jax.credit.estimators``; one registry, ``ESTIMATORS``)
     Host entries ``grpo``, ``gigpo``, ``graphgpo``, ``hgpo``, ``g2po``, ``g2po_abstract``, ``proxmo``,
-    ``ecpo``, ``gated_bepo``, ``bepo_nogate``, ``bepo_mc``, ``bepo_additive``, ``gagpo``,
+    ``ecpo``, ``ecpo_abstract``, ``gated_bepo``, ``bepo_nogate``, ``bepo_mc``, ``bepo_additive``, ``gagpo``, ``pgpo``,
     ``confidence_returns`` and their jittable ``*_kernel``; configs ``GRPOConfig``, ``GiGPOConfig``,
-    ``GraphGPOConfig``, ``HGPOConfig``, ``G2POConfig``, ``G2POAbstractConfig``, ``ProxMOConfig``, ``ECPOConfig``, ``GatedBEPOConfig``,
-    ``GAGPOConfig``, ``ConfidenceConfig``; outputs ``GRPOOutput``, ``GiGPOOutput``,
+    ``GraphGPOConfig``, ``HGPOConfig``, ``G2POConfig``, ``G2POAbstractConfig``, ``ProxMOConfig``, ``ECPOConfig``, ``ECPOAbstractConfig``, ``GatedBEPOConfig``,
+    ``GAGPOConfig``, ``PGPOConfig``, ``ConfidenceConfig``; outputs ``GRPOOutput``, ``GiGPOOutput``,
     ``GraphGPOOutput``, ``HGPOOutput``, ``G2POOutput``, ``G2POAbstractOutput``, ``ProxMOOutput``, ``ECPOOutput``, ``GatedBEPOOutput``,
     ``ConfidenceOutput`` and their ``GraphDiagnostics``. ``compute_advantages`` runs one by
     name (``tfidf_features``: ProxMO's TF-IDF of observation texts); ``register_estimator`` adds one (an ``Estimator`` entry); ``get_estimator``, ``make_config`` and
@@ -47,12 +47,14 @@ from .credit.builders import Trajectory, batch_from_trajectories
 from .credit.estimators import (ESTIMATORS, ConfidenceConfig, Estimator, G2POAbstractConfig, G2POConfig, GAGPOConfig, GatedBEPOConfig,
                                 GiGPOConfig, GraphGPOConfig, GRPOConfig, HGPOConfig, bepo_additive,
                                 bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate, bepo_nogate_kernel,
-                                compute_advantages, confidence_features, ecpo, ecpo_kernel, ECPOConfig, confidence_loss, confidence_returns,
+                                compute_advantages, confidence_features, ecpo, ecpo_kernel, ECPOConfig, ecpo_abstract,
+                                ecpo_abstract_kernel, ECPOAbstractConfig, confidence_loss, confidence_returns,
                                 confidence_returns_kernel, estimator_settings, g2po, g2po_abstract,
                                 g2po_abstract_kernel, g2po_kernel, gagpo, gagpo_kernel,
                                 gated_bepo, gated_bepo_kernel, get_estimator, gigpo, gigpo_kernel, graphgpo,
                                 graphgpo_kernel, grpo, grpo_kernel, hgpo, hgpo_kernel, make_config, max_states_for,
-                                parse_estimator_spec, proxmo, proxmo_kernel, ProxMOConfig, register_estimator,
+                                parse_estimator_spec, pgpo, pgpo_kernel, PGPOConfig, proxmo, proxmo_kernel, ProxMOConfig,
+                                register_estimator,
                                 tfidf_features)
 from .credit.hashing import action_keys, canonical_action, hash_observation, hash_observations, hash_tokens
 from .credit.similarity import SimilarityConfig, merge_similar
@@ -78,10 +80,10 @@ __all__ = [
     "g2po", "g2po_kernel", "G2POConfig", "G2POOutput",
     "g2po_abstract", "g2po_abstract_kernel", "G2POAbstractConfig", "G2POAbstractOutput",
     "proxmo", "proxmo_kernel", "ProxMOConfig", "ProxMOOutput", "tfidf_features",
-    "ecpo", "ecpo_kernel", "ECPOConfig", "ECPOOutput",
+    "ecpo", "ecpo_kernel", "ECPOConfig", "ECPOOutput", "ecpo_abstract", "ecpo_abstract_kernel", "ECPOAbstractConfig",
     "gated_bepo", "gated_bepo_kernel", "GatedBEPOConfig", "GatedBEPOOutput", "GraphDiagnostics",
     "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
-    "gagpo", "gagpo_kernel", "GAGPOConfig",
+    "gagpo", "gagpo_kernel", "GAGPOConfig", "pgpo", "pgpo_kernel", "PGPOConfig",
     "confidence_returns", "confidence_returns_kernel", "ConfidenceConfig", "ConfidenceOutput", "ConfidenceHead",
     "confidence_features", "confidence_loss",
     "ESTIMATORS", "Estimator", "register_estimator", "compute_advantages", "get_estimator", "make_config",

@@ -269,13 +269,16 @@ EXPERIMENTS["warm_start"] = Experiment(
                Contrast.minus("ladder_fp_added", "grpo"), Contrast.minus("gigpo", "grpo"),
                Contrast.minus("gated_bepo", "gated_bepo_cold")))
 # The gate's nearest rivals at the main job's recipe (issue: estimators held to their sources), exploratory, fixed
-# before any of its runs: ECPO (reconstructed from its abstract; the rollouts' action keys) and ProxMO (its
+# before any of its runs: ECPO (reconstructed from its abstract, ``ecpo_abstract``; the rollouts' action keys) and ProxMO (its
 # authors' code; hashed observations, so its soft grouping is GiGPO's step groups) beside GiGPO and Gated-BEPO,
 # and GRPO last, on 8 seeds never used before (400-407), 60 iterations. Its held-out levels are disjoint from
 # training by content (setup.held_out_pool), unlike e1_recipe's, so its arms are not paired with e1_recipe's.
 RIVAL_ARM_ORDER = ("ecpo", "proxmo", "gigpo", "gated_bepo", "grpo")
+# The arm labelled "ecpo" ran (and reruns) the reconstruction from ECPO's abstract, now ``ecpo_abstract``: the label
+# stays, so its stored per-seed records and directories still match it.
+RIVAL_ESTIMATOR = {"ecpo": "ecpo_abstract"}
 RIVAL_ARMS = tuple(next(a for a in ESTIMATOR_ARMS if a.label == label) if label in {a.label for a in ESTIMATOR_ARMS}
-                   else Arm(label, label) for label in RIVAL_ARM_ORDER)
+                   else Arm(label, RIVAL_ESTIMATOR.get(label, label)) for label in RIVAL_ARM_ORDER)
 EXPERIMENTS["rivals_recipe"] = Experiment(
     "The gate's rivals at the main job's recipe: ECPO and ProxMO beside GiGPO and Gated-BEPO (8 fresh seeds, 400-407)",
     MAIN_JOB, RIVAL_ARMS, "gated_bepo", seeds=8, iterations=60, eval_every=30, first_seed=400,

@@ -63,10 +63,14 @@ def sweeps(env: str, scale: dict, seed: int) -> dict[str, SweepConfig]:
 G2PO_VS = ("gated_bepo", "gigpo", "gagpo")  # G2PO's nearest relatives: fixed point + gate, step groups, MC + GAE
 # each later estimator against its nearest relatives, paired per batch: G2PO (the authors' version and the one
 # reconstructed from the abstract) as above; ProxMO against the gate, its own step groups' estimator and the
-# ungated fixed point (its soft kernel is an implicit gate); ECPO (reconstructed from its abstract) the same way
-# (its variance gate against Gated-BEPO's successor gate)
+# ungated fixed point (its soft kernel is an implicit gate); ECPO (from the equations its summaries give, and the
+# earlier reconstruction from its abstract) the same way (its variance gate against Gated-BEPO's successor gate);
+# PGPO (a one-step TD residual on Monte-Carlo state means) against the ladder's rungs it sits between: the MC rung
+# with the gate, GAE on the same residuals (GAGPO) and the ungated fixed point
 GATE_VS = ("gated_bepo", "gigpo", "bepo_nogate")
-RIVALS = {"g2po": G2PO_VS, "g2po_abstract": G2PO_VS, "proxmo": GATE_VS, "ecpo": GATE_VS}
+LADDER_VS = ("bepo_mc", "gagpo", "bepo_nogate")
+RIVALS = {"g2po": G2PO_VS, "g2po_abstract": G2PO_VS, "proxmo": GATE_VS, "ecpo": GATE_VS, "ecpo_abstract": GATE_VS,
+          "pgpo": LADDER_VS}
 
 
 def _tag(env: str, r: dict) -> str:
@@ -186,7 +190,9 @@ def summary_markdown(summary: dict, envs: list[str], command: str) -> str:
                  f"| {_f(v['credit_fp_minus_mc'], signed=True)} {_sep(v['credit_fp_minus_mc'])} |")
     what = {"g2po": "G2PO (its authors' code)", "g2po_abstract": "G2PO as reconstructed from its abstract",
             "proxmo": "ProxMO (its authors' code; here without texts: each distinct observation a word of its own)",
-            "ecpo": "ECPO (reconstructed from its abstract; the sampled action ids as action keys)"}
+            "ecpo": "ECPO (the equations its summaries give; the sampled action ids as action keys)",
+            "ecpo_abstract": "ECPO as reconstructed from its abstract (the sampled action ids as action keys)",
+            "pgpo": "PGPO (as its summary states it: one-step TD residuals on Monte-Carlo state means)"}
     for name, per in summary.get("rivals", {}).items():
         if not per:
             continue

@@ -509,27 +509,108 @@ def ref_proxmo(batch_np, texts=None, *, mode="soft", gamma=0.95, w=1.0, psc=True
     return out
 
 
-def ref_ecpo(batch_np, actions=None, *, gamma=0.95, omega=1.0, kappa=1.0, gate="ratio", tau=0.5, anchor="rows",
-             norm="mean", weighting="step", std="unbiased", eps=1e-6):
-    """ECPO as docs/estimators.md (ECPO) writes this project's reconstruction, record by record: anchors
+def _anchor_records(obs, reward, mask, outcome, penalty, actions, gamma):
+    """One group's step returns y[(k, t)] = G_t + penalty and {anchor: [((k, t), action)]}: anchors
+    keyed by the observation, actions by ``actions[k, t]`` or, when None, by the successor (the next
+    observation, or the END of the outcome)."""
+    K = mask.shape[0]
+    L = lengths(mask)
+    y, at = {}, defaultdict(list)
+    for k in range(K):
+        G = ref_returns(list(map(float, reward[k, : L[k]])), gamma)
+        for t in range(L[k]):
+            y[(k, t)] = G[t] + float(penalty[k, t])
+            if actions is not None:
+                act = tuple(actions[k, t])
+            else:
+                act = tuple(obs[k, t + 1]) if t + 1 < L[k] else ("END", int(outcome[k]))
+            at[tuple(obs[k, t])].append(((k, t), act))
+    return y, at
+
+
+def ref_ecpo(batch_np, actions=None, *, gamma=0.95, kappa=2.0, tau=4.0, omega=1.0, gate="variance",
+             standardize="anchor", anchor="rows", norm="mean", weighting="step", std="unbiased", eps=1e-6):
+    """ECPO from the equations its summaries give (docs/estimators.md, ECPO), record by record:
+    mu~(s,u) = (n(s,u) Gbar(s,u) + kappa mu(s)) / (n(s,u) + kappa), standardised; rho(s) =
+    tanh(n(s)/tau) B/(B + W + eps); A = A_GRPO + omega rho A_act."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    out = np.zeros((B, K, T))
+    ddof = _ddof(std)
+    for b in range(B):
+        a_ep = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        y, at = _anchor_records(obs[b], reward[b], mask[b], outcome[b], penalty[b],
+                                None if actions is None else actions[b], gamma)
+        value, weight = {}, {}  # per record at an anchor with two or more actions: mu~ - mu(s), rho(s)
+        for recs in at.values():
+            by_action = defaultdict(list)
+            for r, act in recs:
+                by_action[act].append(y[r])
+            if len(by_action) < 2:
+                continue
+            n = len(recs)
+            means = {a: sum(v) / len(v) for a, v in by_action.items()}
+            mu = sum(y[r] for r, _ in recs) / n if anchor == "rows" else sum(means.values()) / len(means)
+            tilde = {a: (len(by_action[a]) * means[a] + kappa * mu) / (len(by_action[a]) + kappa) for a in means}
+            between = sum((means[a] - mu) ** 2 for _, a in recs) / n
+            within = sum((y[r] - means[a]) ** 2 for r, a in recs) / n
+            rho = math.tanh(n / tau) * between / (between + within + eps) if gate == "variance" else 1.0
+            vals = [tilde[a] for _, a in recs]
+            m, sd = sum(vals) / n, _std(vals, ddof)
+            for r, a in recs:
+                weight[r] = rho
+                value[r] = (tilde[a] - m) / (sd + eps) if standardize == "anchor" else tilde[a] - mu
+        if standardize == "group" and value:
+            vals = list(value.values())
+            m, sd = sum(vals) / len(vals), _std(vals, ddof)
+            value = {r: (v - m) / (sd + eps) for r, v in value.items()}
+        for r, v in value.items():
+            out[b][r] += omega * weight[r] * v
+        out[b] += a_ep
+    return out
+
+
+def ref_pgpo(batch_np, *, gamma=0.95, omega=1.0, step_scale="none", norm="mean_std", weighting="step",
+             std="unbiased", eps=1e-6):
+    """PGPO as its summary states it (docs/estimators.md, PGPO): Phi(s) = the mean discounted return
+    of the records at s, Phi(END) = 0, A = A_GRPO + omega (r + gamma Phi(s') - Phi(s))."""
+    obs, reward, mask, outcome, penalty = batch_np
+    B, K, T = mask.shape
+    out = np.zeros((B, K, T))
+    for b in range(B):
+        L = lengths(mask[b])
+        r = {(k, t): float(reward[b, k, t]) + float(penalty[b, k, t]) for k in range(K) for t in range(L[k])}
+        returns = defaultdict(list)
+        for k in range(K):
+            G = ref_returns([r[(k, t)] for t in range(L[k])], gamma)
+            for t in range(L[k]):
+                returns[tuple(obs[b, k, t])].append(G[t])
+        phi = {s: sum(g) / len(g) for s, g in returns.items()}
+        delta = {(k, t): r[(k, t)] + gamma * (phi[tuple(obs[b, k, t + 1])] if t + 1 < L[k] else 0.0)
+                 - phi[tuple(obs[b, k, t])] for (k, t) in r}
+        if step_scale == "std" and delta:  # the Gated-BEPO kernel's residue rule, at its default tol 1e-6
+            sd = _std(list(delta.values()), _ddof(std)) if len(delta) > 1 else 0.0
+            noise = FP_SCALE_NOISE * max(1e-6, TOL_FLOOR) * (1.0 + max(abs(v) for v in phi.values()))
+            scale = (sd if len(delta) > 1 and sd > noise else 1.0) + eps
+            delta = {i: d / scale for i, d in delta.items()}
+        a_ep = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
+        for i, d in delta.items():
+            out[b][i] = a_ep[i] + omega * d
+    return out
+
+
+def ref_ecpo_abstract(batch_np, actions=None, *, gamma=0.95, omega=1.0, kappa=1.0, gate="ratio", tau=0.5,
+                      anchor="rows", norm="mean", weighting="step", std="unbiased", eps=1e-6):
+    """ECPO as docs/estimators.md (ECPO) wrote this project's reconstruction from the abstract, record by record: anchors
     keyed by the observation, actions by ``actions[b, k, t]`` (a key per record) or, when None, by the
     successor (the next observation, or the END of the outcome)."""
     obs, reward, mask, outcome, penalty = batch_np
     B, K, T = mask.shape
     out = np.zeros((B, K, T))
     for b in range(B):
-        L = lengths(mask[b])
         a_ep = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
-        y, at = {}, defaultdict(list)
-        for k in range(K):
-            G = ref_returns(list(map(float, reward[b][k, : L[k]])), gamma)
-            for t in range(L[k]):
-                y[(k, t)] = G[t] + float(penalty[b][k, t])
-                if actions is not None:
-                    act = tuple(actions[b][k, t])
-                else:
-                    act = tuple(obs[b][k, t + 1]) if t + 1 < L[k] else ("END", int(outcome[b][k]))
-                at[tuple(obs[b][k, t])].append(((k, t), act))
+        y, at = _anchor_records(obs[b], reward[b], mask[b], outcome[b], penalty[b],
+                                None if actions is None else actions[b], gamma)
         for recs in at.values():
             by_action = defaultdict(list)
             for r, act in recs:

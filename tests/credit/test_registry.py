@@ -244,7 +244,8 @@ def test_history_separates_aliased_states():
 
 def test_registry_lists_every_estimator_and_runs_them():
     assert set(bj.ESTIMATORS) == {"grpo", "gigpo", "graphgpo", "hgpo", "gagpo", "gated_bepo", "bepo_nogate", "bepo_mc",
-                                  "bepo_additive", "confidence_returns", "g2po", "g2po_abstract", "proxmo", "ecpo"}
+                                  "bepo_additive", "confidence_returns", "g2po", "g2po_abstract", "proxmo", "ecpo", "ecpo_abstract",
+                                  "pgpo"}
     b = batch_from_trajectories([[Trajectory(["a", "b"], [0, 10], SUCCESS), Trajectory(["a", "c", "c"], [0, 0, 0], FAILURE),
                                   Trajectory([], [], FAILURE)]])
     for name, est in bj.ESTIMATORS.items():

@@ -15,9 +15,11 @@ from .g2po import G2POConfig, g2po, g2po_kernel
 from .g2po_abstract import G2POAbstractConfig, g2po_abstract, g2po_abstract_kernel
 from .proxmo import ProxMOConfig, proxmo, proxmo_kernel, tfidf_features
 from .ecpo import ECPOConfig, ecpo, ecpo_kernel
+from .ecpo_abstract import ECPOAbstractConfig, ecpo_abstract, ecpo_abstract_kernel
 from .bepo import GatedBEPOConfig, gated_bepo, gated_bepo_kernel
 from .ablations import (GAGPOConfig, bepo_additive, bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate,
                         bepo_nogate_kernel, gagpo, gagpo_kernel)
+from .pgpo import PGPOConfig, pgpo, pgpo_kernel
 from .confidence import ConfidenceConfig, confidence_features, confidence_loss, confidence_returns, confidence_returns_kernel
 from .common import max_states_for
 
@@ -30,9 +32,9 @@ __all__ = [
     "HGPOConfig", "hgpo", "hgpo_kernel",
     "G2POConfig", "g2po", "g2po_kernel", "G2POAbstractConfig", "g2po_abstract", "g2po_abstract_kernel",
     "ProxMOConfig", "proxmo", "proxmo_kernel", "tfidf_features",
-    "ECPOConfig", "ecpo", "ecpo_kernel",
+    "ECPOConfig", "ecpo", "ecpo_kernel", "ECPOAbstractConfig", "ecpo_abstract", "ecpo_abstract_kernel",
     "GatedBEPOConfig", "gated_bepo", "gated_bepo_kernel",
-    "GAGPOConfig", "gagpo", "gagpo_kernel",
+    "GAGPOConfig", "gagpo", "gagpo_kernel", "PGPOConfig", "pgpo", "pgpo_kernel",
     "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
     "ConfidenceConfig", "ConfidenceHead", "confidence_features", "confidence_loss", "confidence_returns",
     "confidence_returns_kernel", "max_states_for",
