@@ -7,6 +7,7 @@ PY := $(VENV)/bin/python
 # The second supported set: Python 3.12 with current JAX (requirements-py312.lock).
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
 VENV312 := .venv312
+VENV_VERL := .venv-verl
 # On 3.12: the kernels, the training step, rollouts, train/resume/compare, seeds, your own env,
 # and Tunix (its lock has the tunix extra); the checkpoint loader, the chat rollouts and their refusals (the
 # 3.12 lock's tokenizers and safetensors).
@@ -16,11 +17,12 @@ PY312_TESTS := tests/credit/test_estimators.py tests/credit/test_graph.py tests/
 	tests/test_docs.py tests/test_packaging.py tests/test_xdist_groups.py tests/agent/test_llama.py \
 	tests/agent/test_pretrained.py tests/agent/test_chat_rollout.py tests/agent/test_bad_input.py
 
-.PHONY: install install-py312 train train-llm record-main-job models demo test test-notebooks test-py312 lock lock-py312 clean
+.PHONY: install install-py312 install-verl test-verl train train-llm record-main-job models demo test test-notebooks test-py312 lock lock-py312 clean
 
 # Install only: .venv (Python 3.11, requirements.lock) or .venv312 (Python 3.12, requirements-py312.lock).
 install: $(VENV)/.installed
 install-py312: $(VENV312)/.installed
+install-verl: $(VENV_VERL)/.installed
 
 # The locks install with uv (pinned here; `make install` from nothing 23 s against pip's 55 on this
 # project's 2-core machine, docs/benchmarks.md); INSTALLER=pip installs with pip instead (pip reads
@@ -96,6 +98,18 @@ test-notebooks: $(VENV)/.installed
 $(VENV312)/.installed: requirements-py312.lock pyproject.toml
 	$(call install_venv,$(VENV312),$(PYTHON312),requirements-py312.lock)
 
+# The verl drop-in's environment: the 3.11 lock plus torch (the `verl` extra), installed with pip so that
+# pip.conf decides the build (a CPU wheel where one is configured; docs/verl.md). `make test-verl` runs the
+# drop-in's tests in it, torch included.
+TORCH := torch==2.13.0
+$(VENV_VERL)/.installed: requirements.lock pyproject.toml
+	test -x $(VENV_VERL)/bin/python || $(PYTHON) -m venv $(VENV_VERL)
+	$(VENV_VERL)/bin/python -m pip install --quiet --upgrade pip $(UV)
+	$(call LOCK_INSTALL,$(VENV_VERL)/bin/python) -r requirements.lock
+	$(VENV_VERL)/bin/python -m pip install --quiet "$(TORCH)"
+	$(call LOCK_INSTALL,$(VENV_VERL)/bin/python) --no-deps -e .
+	touch $@
+
 # The test files go sorted, each folder's together: pytest 9.1 loses a folder's conftest fixtures
 # when its files are named on either side of a file from another folder (tests/agent/a.py
 # tests/b.py tests/agent/c.py: c's fixtures "not found").
@@ -105,6 +119,9 @@ $(VENV312)/.installed: requirements-py312.lock pyproject.toml
 test-py312: $(VENV312)/.installed
 	$(NB_ENV) $(VENV312)/bin/python -m pytest -n 2 --dist loadgroup -q $(if $(TEST312_MARKS),-m "$(TEST312_MARKS)") \
 		--nbmake notebooks/*.ipynb --doctest-modules $(sort $(PY312_TESTS)) bepo_jax
+
+test-verl: $(VENV_VERL)/.installed
+	$(VENV_VERL)/bin/python -m pytest -n 2 -q tests/integrations/test_verl.py
 
 # Re-lock after changing dependencies in pyproject.toml (lock: Python 3.11, lock-py312: 3.12).
 lock:
@@ -122,4 +139,4 @@ lock-py312:
 	rm -rf .lockvenv
 
 clean:
-	rm -rf $(VENV) $(VENV312) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VENV312) $(VENV_VERL) .pytest_cache .hypothesis
