@@ -133,7 +133,6 @@ def compiles(batches: int) -> dict:
     """Programs compiled by gated_bepo over batches whose groups hold 5-8 trajectories of 10-50 steps."""
     import jax
 
-    from bepo_jax.credit.estimators import gated_bepo_kernel  # noqa: F401  (registered kernel)
     from bepo_jax.integrations.verl import compute_step_advantage
 
     before = _cache_size()

@@ -14,8 +14,6 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import bepo_jax as bj
 from bepo_jax import FAILURE, SUCCESS

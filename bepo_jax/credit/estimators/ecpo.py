@@ -194,29 +194,40 @@ def evidence_calibrated_credit(
     return a_act.reshape(shape), rho.reshape(shape), acting.reshape(shape)
 
 
-def _group(obs_key, reward, mask, outcome, penalty, action_key: Optional[UInt32[Array, "K T 2"]], config: ECPOConfig):
+def _group(obs_key, reward, mask, outcome, penalty, action_key: Optional[UInt32[Array, "K T 2"]], config, credit):
+    """One group: the outcome term, the anchors and their actions, the step returns, ``credit``'s
+    (A_act, gate, acting) and the advantage A^E + omega gate A_act."""
     a_ep = outcome_advantage(reward, penalty, mask, norm=config.norm, weighting=config.weighting,
                              std=config.std, eps=config.eps)
     graph, pair = anchor_actions(obs_key, mask, outcome, action_key, config.history)
     y = discounted_returns(reward, mask, config.gamma) + penalty
-    a_act, rho, acting = evidence_calibrated_credit(y, graph.state, pair, mask, config)
-    adv = jnp.where(mask, a_ep + config.omega * rho * a_act, 0.0)
-    diag = GraphDiagnostics(*graph_diagnostics(graph, acting & (rho > 0), 0, True))
-    return adv, a_ep, a_act, rho, diag
+    a_act, gate, acting = credit(y, graph.state, pair, mask, config)
+    adv = jnp.where(mask, a_ep + config.omega * gate * a_act, 0.0)
+    diag = GraphDiagnostics(*graph_diagnostics(graph, acting & (gate > 0), 0, True))
+    return adv, a_ep, a_act, gate, diag
 
 
-@with_sanitized_input
-def ecpo_kernel(batch: StepBatch, config: ECPOConfig) -> ECPOOutput:
-    """The jittable ECPO kernel (no host checks; invalid groups are dropped and flagged). With
-    action_from="action_key" and no ``batch.action_key`` it falls back to the successor (the host
-    entry point refuses that batch instead)."""
-    action_key = batch.action_key if uses_action_key(batch, config) else None
-    fn = lambda o, r, m, c, p, a: _group(o, r, m, c, p, a, config)  # a None: an empty pytree per group
-    adv, a_ep, a_act, rho, diag = jax.vmap(fn)(batch.obs_key, batch.reward, batch.mask, batch.outcome,
-                                               batch.penalty_or_zeros(), action_key)
-    return stop_gradient(ECPOOutput(advantage=adv, a_episode=a_ep, a_step=a_act, gate=rho, diagnostics=diag))
+def action_credit_kernel(credit, name: str):
+    """The jittable kernel of an estimator that adds gated action credit at equal-observation anchors
+    to the outcome term (``ecpo``, ``ecpo_abstract``): ``credit(y, state, action, mask, config)`` gives
+    (A_act, gate, acting) per record of a group."""
+
+    @with_sanitized_input
+    def kernel(batch: StepBatch, config) -> ECPOOutput:
+        action_key = batch.action_key if uses_action_key(batch, config) else None
+        fn = lambda o, r, m, c, p, a: _group(o, r, m, c, p, a, config, credit)  # a None: an empty pytree per group
+        adv, a_ep, a_act, gate, diag = jax.vmap(fn)(batch.obs_key, batch.reward, batch.mask, batch.outcome,
+                                                    batch.penalty_or_zeros(), action_key)
+        return stop_gradient(ECPOOutput(advantage=adv, a_episode=a_ep, a_step=a_act, gate=gate, diagnostics=diag))
+
+    kernel.__name__ = kernel.__qualname__ = f"{name}_kernel"
+    kernel.__doc__ = (f"The jittable {name} kernel (no host checks; invalid groups are dropped and flagged). With "
+                      "action_from='action_key' and no ``batch.action_key`` it falls back to the successor (the host "
+                      "entry point refuses that batch instead).")
+    return kernel
 
 
+ecpo_kernel = action_credit_kernel(evidence_calibrated_credit, "ecpo")
 _ecpo_jit = jax.jit(ecpo_kernel)
 
 

@@ -40,20 +40,16 @@ END node of its outcome): in deterministic worlds an action and its result are t
 
 from __future__ import annotations
 
-from typing import Optional
-
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, UInt32
+from jaxtyping import Array, Bool, Float, Int
 
 from .._config import check_choice, check_int, check_range, pytree_config
-from ..graph import count_distinct, graph_diagnostics
-from ..returns import discounted_returns
+from ..graph import count_distinct
 from ..stats import STD_DDOF, scale_deviation, segment_moments
-from ..types import ECPOOutput, GraphDiagnostics, StepBatch
-from .common import check_outcome_fields, entry_point, stop_gradient, with_sanitized_input
-from .ecpo import ANCHOR_MEANS, ACTION_SOURCES, anchor_action_moments, anchor_actions, refuse_missing_action_key, uses_action_key
-from .grpo import outcome_advantage
+from ..types import ECPOOutput, StepBatch
+from .common import check_outcome_fields, entry_point
+from .ecpo import ACTION_SOURCES, ANCHOR_MEANS, action_credit_kernel, anchor_action_moments, refuse_missing_action_key
 from .registry import register_estimator
 
 GATES = ("ratio", "threshold", "none")
@@ -139,30 +135,7 @@ def action_calibrated_credit(
     return a_step.reshape(shape), jnp.where(valid, gate, 0.0).reshape(shape), acting.reshape(shape)
 
 
-def _group(obs_key, reward, mask, outcome, penalty, action_key: Optional[UInt32[Array, "K T 2"]],
-           config: ECPOAbstractConfig):
-    a_ep = outcome_advantage(reward, penalty, mask, norm=config.norm, weighting=config.weighting,
-                             std=config.std, eps=config.eps)
-    graph, pair = anchor_actions(obs_key, mask, outcome, action_key, config.history)
-    y = discounted_returns(reward, mask, config.gamma) + penalty
-    a_step, gate, acting = action_calibrated_credit(y, graph.state, pair, mask, config)
-    adv = jnp.where(mask, a_ep + config.omega * gate * a_step, 0.0)
-    diag = GraphDiagnostics(*graph_diagnostics(graph, acting & (gate > 0), 0, True))
-    return adv, a_ep, a_step, gate, diag
-
-
-@with_sanitized_input
-def ecpo_abstract_kernel(batch: StepBatch, config: ECPOAbstractConfig) -> ECPOOutput:
-    """The jittable ECPO kernel (no host checks; invalid groups are dropped and flagged). With
-    action_from="action_key" and no ``batch.action_key`` it falls back to the successor (the host
-    entry point refuses that batch instead)."""
-    action_key = batch.action_key if uses_action_key(batch, config) else None
-    fn = lambda o, r, m, c, p, a: _group(o, r, m, c, p, a, config)  # a None: an empty pytree per group
-    adv, a_ep, a_step, gate, diag = jax.vmap(fn)(batch.obs_key, batch.reward, batch.mask, batch.outcome,
-                                                 batch.penalty_or_zeros(), action_key)
-    return stop_gradient(ECPOOutput(advantage=adv, a_episode=a_ep, a_step=a_step, gate=gate, diagnostics=diag))
-
-
+ecpo_abstract_kernel = action_credit_kernel(action_calibrated_credit, "ecpo_abstract")
 _ecpo_abstract_jit = jax.jit(ecpo_abstract_kernel)
 
 
