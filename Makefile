@@ -64,8 +64,7 @@ train-llm: $(VENV)/.installed models
 
 record-main-job: $(VENV)/.installed
 	@test -f $(MAIN_JOB_OUT)/summary.json || { echo "no finished main job in $(MAIN_JOB_OUT): run make train first" >&2; exit 1; }
-	cp $(MAIN_JOB_OUT)/summary.json experiments/results/main_job.json
-	$(PY) -m experiments.readme_tables
+	$(PY) -m experiments.record_main_job --run $(MAIN_JOB_OUT)
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/bepo-jax demo

@@ -69,6 +69,22 @@ def held_out_pool(env, cfg: RunConfig, n: int, train_tasks=None, *, pools: str =
     return disjoint_tasks(env, n, seed, exclude)
 
 
+def pool_digests(cfg: RunConfig, *, pools: str = "disjoint") -> dict:
+    """What fixes a JAX-environment run's tasks, as two digests: sha256 over the task signatures of
+    its training pool and of its first ``eval_tasks`` held-out tasks (``held_out_pool``), in order. A
+    recorded result carries them (``experiments/record_main_job.py``), and a test recomputes them from
+    the current code, so a change to either pool cannot leave the result quietly stale."""
+    import hashlib
+
+    env = make_jax_env(cfg.env, cfg)
+    if not hasattr(env, "task_signatures"):
+        raise ValueError(f"pool_digests: environment {cfg.env!r} has no task_signatures; its pools cannot be digested.")
+    train = training_pool(env, cfg)
+    held = held_out_pool(env, cfg, cfg.eval_tasks, train, pools=pools)
+    one = lambda tasks: hashlib.sha256("\n".join(env.task_signatures(tasks)).encode()).hexdigest()
+    return {"train": one(train), "held_out": one(held)}
+
+
 class Setup:
     """The environment, policy, trainer and rollout functions of a run config."""
 
