@@ -21,7 +21,7 @@ from tests.strategies import batches
 @pytest.mark.parametrize("norm", ["mean", "mean_std"])
 @given(data=batches(), gamma=st.sampled_from([0.5, 0.95, 1.0]), w=st.sampled_from([1.0, 0.5]),
        success_value=st.sampled_from([None, 10.0]))
-def test_g2po_matches_the_official_code_row_by_row(norm, data, gamma, w, success_value):
+def test_g2po_matches_a_row_loop_rewritten_from_the_official_code(norm, data, gamma, w, success_value):
     batch, np_batch = data
     cfg = G2POConfig(gamma=gamma, w=w, norm=norm, success_value=success_value)
     out = bj.g2po(batch, cfg)

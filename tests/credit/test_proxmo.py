@@ -23,7 +23,7 @@ pytest.importorskip("sklearn")
 
 @pytest.mark.parametrize("mode", ["soft", "mean", "mean_std"])
 @given(data=batches(), gamma=st.sampled_from([0.5, 0.95]), psc=st.booleans(), w=st.sampled_from([1.0, 0.5]))
-def test_proxmo_matches_the_official_code_row_by_row(mode, data, gamma, psc, w):
+def test_proxmo_matches_a_row_loop_rewritten_from_the_official_code(mode, data, gamma, psc, w):
     batch, np_batch = data
     cfg = ProxMOConfig(mode=mode, gamma=gamma, psc=psc, w=w)
     want = ref_proxmo(np_batch, mode=mode, gamma=gamma, psc=psc, w=w)
