@@ -221,3 +221,30 @@ def test_proxmo_in_the_host_loop_reads_the_texts_the_state_keys_were_hashed_from
                                atol=1e-5)
     _, m = setup.iterate(state, 1)
     assert all(np.isfinite(v) for v in m.values())
+
+
+def test_a_renamed_copy_of_a_game_has_its_structure_not_its_signature(tmp_path):
+    """Seeds 8 and 17 of the 2-room, 3-object, quest-length-1 set generate the same world and quest with
+    other names ("lock locker with key" / "lock safe with passkey"); the game's own .json says so."""
+    pytest.importorskip("textworld")
+    import json
+
+    from bepo_jax.agent.envs.textworld_env import game_signature, game_structure, generate_games
+
+    a, b, c = (generate_games(1, tmp_path, seed=s)[0] for s in (8, 17, 0))
+    da, db = (json.loads(p.with_suffix(".json").read_text()) for p in (a, b))
+    assert da["world"] == db["world"] and da["quests"][0]["commands"] != db["quests"][0]["commands"]
+    assert game_signature(a) != game_signature(b) and game_structure(a) == game_structure(b)
+    assert game_structure(a) != game_structure(c)
+    # names only: the same file with one entity renamed keeps its structure; a changed fact does not
+    d = json.loads(a.with_suffix(".json").read_text())
+    renamed, changed = tmp_path / "renamed", tmp_path / "changed"
+    for k, v in (d["infos"].items() if isinstance(d["infos"], dict) else d["infos"]):
+        if isinstance(v, dict) and v.get("name") == "key":
+            v["name"] = "brass key"
+            d["quests"][0]["commands"] = [cmd.replace("key", "brass key") for cmd in d["quests"][0]["commands"]]
+    renamed.with_suffix(".json").write_text(json.dumps(d))
+    assert game_structure(renamed) == game_structure(a) and game_signature(renamed) != game_signature(a)
+    d["world"] = d["world"][1:]
+    changed.with_suffix(".json").write_text(json.dumps(d))
+    assert game_structure(changed) != game_structure(a)

@@ -78,6 +78,27 @@ def game_signature(path: str | Path) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def game_structure(path: str | Path) -> str:
+    """What a generated game is up to its names: a digest of its world's facts (entity ids and
+    types, not names) and its quest's winning commands with every entity's name replaced by its id.
+    Two games that differ only in what their entities are called ("lock locker with key" and "lock
+    safe with passkey" on the same world) have the same structure and different ``game_signature``s."""
+    import hashlib
+    import json
+    import re
+
+    d = json.loads(Path(path).with_suffix(".json").read_text())
+    infos = d.get("infos") or []
+    items = infos.items() if isinstance(infos, dict) else infos
+    names = {v["name"]: k for k, v in items if isinstance(v, dict) and v.get("name")}
+    pattern = (re.compile("|".join(rf"\b{re.escape(n)}\b" for n in sorted(names, key=len, reverse=True)))
+               if names else None)
+    unname = lambda text: pattern.sub(lambda m: f"<{names[m.group(0)]}>", text) if pattern else text
+    facts = sorted(json.dumps(f, sort_keys=True) for f in d.get("world") or [])
+    quests = [[unname(c) for c in q.get("commands") or []] for q in d.get("quests", [])]
+    return hashlib.sha256(json.dumps({"world": facts, "quests": quests}, sort_keys=True).encode()).hexdigest()
+
+
 def disjoint_games(n: int, out_dir: str | Path, *, seed: int, exclude: set[str], **kw) -> list[Path]:
     """The first ``n`` games of the sequence from ``seed`` whose content (``game_signature``) is not
     in ``exclude`` nor repeated among them (``pools.first_new``; generated as needed, at most
