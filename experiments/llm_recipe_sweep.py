@@ -50,6 +50,14 @@ VARIANTS = {
     "wide_lr5e-5_top4_kl": {"groups": 4, "group_size": 8, "task_pool": 64, "learning_rate": 5e-5, "train_layers": 4,
                             "kl_coef": 0.05},
 }
+# What happened to a run outside its own records, written down by hand (a run directory lives in runs/, which
+# git does not keep: when the machine is shut down, the directory goes with it)
+EVENTS = {
+    "wide": ["resumed later on 2026-12-06 from its iteration-8 checkpoint and reached iteration 12 (sampled success, "
+             "iterations 1-12: 0.28, 0.00, 0.16, 0.00, 0.22, 0.31, 0.25, 0.09, 0.16, 0.00, 0.19, 0.09; invalid 0.10-0.18 "
+             "in iterations 9-12); at about 09:11 UTC the machine was shut down and the run directory went with it: "
+             "iterations 10-12 and the checkpoints are lost, the table keeps what the last summary recorded"],
+}
 CURVE = ("iteration", "success_rate", "invalid_rate", "reply_tokens", "episode_length", "step_time",
          "rollout/decode_s", "update_s", "rollout/prefill_tokens", "rollout/prompt_tokens", "rollout/compiles",
          "graph/gated_share", "approx_kl", "clip_frac", "entropy")
@@ -117,14 +125,25 @@ def run_variant(name: str) -> None:
         _log(out, f"finished at iteration {cfg.iterations}")
 
 
+def _recorded() -> dict:
+    """The variants the last written summary holds, by name (kept when their run directory is gone)."""
+    path = DEST / "summary.json"
+    return {v["variant"]: v for v in json.loads(path.read_text())["variants"]} if path.exists() else {}
+
+
 def summarize() -> dict:
-    variants = []
+    variants, recorded = [], _recorded()
     for name in VARIANTS:
         out = OUT / name
         rows = read_metrics(out)
         starts = (out / "starts.log").read_text().splitlines() if (out / "starts.log").exists() else []
+        before = [s for s in recorded.get(name, {}).get("starts", []) if s not in EVENTS.get(name, [])]
+        if not starts and name in recorded:  # the run directory is gone: keep what was recorded
+            variants.append({**recorded[name], "starts": before + EVENTS.get(name, []), "run_directory_lost": True})
+            continue
         if not starts:
             continue
+        starts = before + [s for s in starts if s not in before] + EVENTS.get(name, [])
         cfg = config_of(name)
         done = bool(rows) and rows[-1]["iteration"] >= cfg.iterations and "eval_train/success_rate" in rows[-1]
         steps = [r for r in rows if r["iteration"] > 0]
@@ -163,7 +182,8 @@ def render(res: dict) -> list[str]:
     for v in res["variants"]:
         tg = v.get("training_games", {})
         its = max(v["iterations_done"], 1)
-        change = (f"{tg['paired_change']:+.3f} +- {tg['paired_change_ci95']:.3f}" if tg else "not finished")
+        change = (f"{tg['paired_change']:+.3f} +- {tg['paired_change_ci95']:.3f}" if tg else
+                  "not finished; run directory lost" if v.get("run_directory_lost") else "not finished")
         lines.append(f"| {v['variant']} | {', '.join(f'{k}={x}' for k, x in v['overrides'].items())} | "
                      f"{v['iterations_done']} | {v['seconds'] / its:.1f} | {f(v.get('sampled_success_first5'))} | "
                      f"{f(v.get('sampled_success_last5'))} | {f(v.get('invalid_last5'))} | {f(v.get('training_games_initial'))} | "
