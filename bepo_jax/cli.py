@@ -98,7 +98,7 @@ def _sft(args: argparse.Namespace) -> int:
     for label, key in (("held-out", "held_out"), ("training", "train")):
         b, a = res[f"{key}_before"], res[f"{key}_after"]
         print(f"success rate on {a['tasks']} {label} tasks: {b['success_rate']:.3f} -> {a['success_rate']:.3f} "
-              f"(+- {a['ci95']:.3f}, 95% CI over tasks)")
+              + (f"(+- {a['ci95']:.3f}, 95% CI over tasks)" if a["ci95"] is not None else "(one task: no interval)"))
     print(f"demonstrations: {res['demonstrations']} episodes, {res['records']} steps, the expert's own success "
           f"{res['demo_success']:.3f}; final loss {res['loss'][-1]:.4f}")
     print(f"warm start: {out}  (RL from it: bepo-jax train --init-from {out} ...)")

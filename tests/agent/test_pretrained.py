@@ -169,6 +169,43 @@ def test_a_cut_gguf_file_and_a_foreign_architecture_are_named(tmp_path):
         load_pretrained(tmp_path / "gpt2.gguf")
 
 
+GGUF_FIELDS = ("attention.head_count", "embedding_length", "block_count", "feed_forward_length", "context_length",
+               "attention.head_count_kv", "attention.key_length", "rope.freq_base", "attention.sliding_window",
+               "attention.layer_norm_rms_epsilon", "vocab_size", "rope.scaling.type")
+
+
+@needs_model
+def test_malformed_gguf_metadata_gives_a_config_or_a_named_error():
+    """The real file's metadata with up to three fields deleted or replaced by malformed values: the
+    config is built, or a CheckpointError names the file and the field (never a KeyError, ValueError,
+    TypeError or ZeroDivisionError from deep inside)."""
+    import gguf
+    from hypothesis import given, settings, strategies as st
+
+    from bepo_jax.agent.models.pretrained import _gguf_config, _gguf_fields
+
+    reader = gguf.GGUFReader(str(GGUF))
+    good, names = _gguf_fields(reader), {t.name for t in reader.tensors}
+    arch = good["general.architecture"]
+    values = st.one_of(st.none(), st.just("abc"), st.integers(-3, 3), st.just(2.5), st.just([1]), st.just(True))
+
+    @settings(max_examples=60, deadline=None, derandomize=True)
+    @given(st.dictionaries(st.sampled_from(GGUF_FIELDS + ("tokenizer.ggml.tokens",)),
+                           st.one_of(st.just("<delete>"), values), min_size=1, max_size=3))
+    def check(changes):
+        key = lambda f: f if f.startswith("tokenizer.") else f"{arch}.{f}"
+        meta = {k: v for k, v in good.items() if k not in {key(f) for f, v in changes.items() if v == "<delete>"}}
+        meta.update({key(f): v for f, v in changes.items() if v != "<delete>"})
+        try:
+            _, cfg = _gguf_config(meta, names, dtype="float32", context=None, where=f"GGUF file {GGUF}")
+        except CheckpointError as e:
+            assert str(GGUF) in str(e) and any(f in str(e) for f in GGUF_FIELDS + ("tokenizer.ggml.tokens", "context")), str(e)
+            return
+        assert cfg.heads >= 1 and cfg.hidden >= 1 and cfg.layers >= 1
+
+    check()
+
+
 @needs_model
 def test_a_prompt_longer_than_the_context_is_refused(smol):
     with pytest.raises(ValueError, match="exceeds the model's context of 8192 tokens"):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
@@ -235,26 +236,34 @@ def _gguf_config(meta: Mapping[str, Any], names: set[str], *, dtype: str, contex
     scaling = g("rope.scaling.type", "none")
     if scaling not in ("none", "linear"):
         raise CheckpointError(f"{where}: {arch}.rope.scaling.type={scaling!r} is not supported (none, linear).")
-    for k in ("attention.head_count", "embedding_length", "block_count", "feed_forward_length"):
-        if g(k) is None:
-            raise CheckpointError(f"{where}: GGUF metadata lacks {arch}.{k}, which the {arch} config needs; the file "
-                                  "is incomplete: convert the checkpoint again.")
-    heads = int(g("attention.head_count"))
-    hidden = int(g("embedding_length"))
-    context = _within_window(context, g("context_length", 2048), g("attention.sliding_window"), where)
+    n = lambda k, kind=int, default=None: _number(meta, f"{arch}.{k}", kind, where, default, source="GGUF metadata",
+                                                  fix="the file is incomplete: convert the checkpoint again")
+    heads, hidden = n("attention.head_count"), n("embedding_length")
+    layers, intermediate = n("block_count"), n("feed_forward_length")
+    if heads < 1:
+        raise CheckpointError(f"{where}: GGUF metadata's {arch}.attention.head_count is {heads}; it must be at least 1.")
+    context = _within_window(context, n("context_length", int, 2048), n("attention.sliding_window", int, 0) or None, where)
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if f"{arch}.vocab_size" not in meta and not isinstance(tokens, list):
+        raise CheckpointError(f"{where}: GGUF metadata has neither {arch}.vocab_size nor a tokenizer.ggml.tokens list; "
+                              "the file is incomplete: convert the checkpoint again.")
+    vocab = n("vocab_size") if f"{arch}.vocab_size" in meta else len(tokens)
     try:
-        vocab = int(g("vocab_size", len(meta["tokenizer.ggml.tokens"])))
-        cfg = LlamaConfig(vocab=vocab, hidden=hidden, layers=int(g("block_count")), heads=heads,
-                          kv_heads=int(g("attention.head_count_kv", heads)),
-                          head_dim=int(g("attention.key_length", hidden // heads)),
-                          intermediate=int(g("feed_forward_length")), rope_theta=float(g("rope.freq_base", 10000.0)),
+        cfg = LlamaConfig(vocab=vocab, hidden=hidden, layers=layers, heads=heads,
+                          kv_heads=n("attention.head_count_kv", int, heads),
+                          head_dim=n("attention.key_length", int, hidden // heads), intermediate=intermediate,
+                          rope_theta=n("rope.freq_base", float, 10000.0),
                           rope_type="linear" if scaling == "linear" else "default",
-                          rope_factor=float(g("rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0,
-                          rms_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
+                          rope_factor=n("rope.scaling.factor", float, 1.0) if scaling == "linear" else 1.0,
+                          rms_eps=n("attention.layer_norm_rms_epsilon", float, 1e-5),
                           tie_embeddings="output.weight" not in names, attention_bias="blk.0.attn_q.bias" in names,
                           context=context, dtype=dtype)
-    except (KeyError, TypeError) as e:
-        raise CheckpointError(f"{where}: GGUF metadata lacks a field the {arch} config needs: {e}.") from e
+    except ValueError as e:  # LlamaConfig's own checks name the field
+        keys = {"vocab": "vocab_size", "hidden": "embedding_length", "layers": "block_count",
+                "heads": "attention.head_count", "kv_heads": "attention.head_count_kv", "head_dim": "attention.key_length",
+                "intermediate": "feed_forward_length", "rope_theta": "rope.freq_base", "rope_factor": "rope.scaling.factor",
+                "rms_eps": "attention.layer_norm_rms_epsilon", "context": "context_length"}
+        raise _config_error(e, where, "GGUF metadata", {f: f"{arch}.{k}" for f, k in keys.items()}) from e
     return arch, cfg
 
 
@@ -291,19 +300,26 @@ def _load_gguf(path: Path, *, dtype: str, mesh, context):
 # ------------------------------------------------------------------------------------------ Hugging Face
 
 
-def _number(c: Mapping[str, Any], key: str, kind, where: str, default=None):
-    """config.json's ``key`` as ``kind`` (int or float); absent or null: ``default`` (None: required).
+def _number(c: Mapping[str, Any], key: str, kind, where: str, default=None, *, source: str = "config.json",
+            fix: str = "copy the checkpoint's own config.json"):
+    """``source``'s ``key`` as ``kind`` (int or float); absent or null: ``default`` (None: required).
     Anything else (a string, a list, a bool, a fractional int) is refused naming the key."""
     v = c.get(key)
     if v is None:
         if default is None:
-            raise CheckpointError(f"{where}: config.json lacks {key!r}, which the model needs; copy the checkpoint's "
-                                  "own config.json.")
+            raise CheckpointError(f"{where}: {source} lacks {key!r}, which the model needs; {fix}.")
         return default
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (kind is float or float(v).is_integer())
     if not ok:
-        raise CheckpointError(f"{where}: config.json's {key!r} is {v!r}; it must be {'an integer' if kind is int else 'a number'}.")
+        raise CheckpointError(f"{where}: {source}'s {key!r} is {v!r}; it must be {'an integer' if kind is int else 'a number'}.")
     return kind(v)
+
+
+def _config_error(e: ValueError, where: str, source: str, keys: Mapping[str, str]) -> CheckpointError:
+    """LlamaConfig's refusal ``e`` in the checkpoint's terms: each LlamaConfig field it names is
+    given with the ``source`` key it was read from (``keys``: field -> key)."""
+    named = [f"{f} is {source}'s {k!r}" for f, k in keys.items() if re.search(rf"\b{f}\b", str(e))]
+    return CheckpointError(f"{where}: {source} gives {e}" + (f" ({'; '.join(named)})" if named else ""))
 
 
 def _hf_config(c: Mapping[str, Any], *, dtype: str, context: Optional[int], where: str):
@@ -338,7 +354,10 @@ def _hf_config(c: Mapping[str, Any], *, dtype: str, context: Optional[int], wher
                           rms_eps=n("rms_norm_eps", float, 1e-6), tie_embeddings=bool(c.get("tie_word_embeddings", False)),
                           attention_bias=bool(c.get("attention_bias", arch == "qwen2")), context=context, dtype=dtype)
     except ValueError as e:  # LlamaConfig's own checks name the field
-        raise CheckpointError(f"{where}: config.json gives {e}") from e
+        raise _config_error(e, where, "config.json", {
+            "vocab": "vocab_size", "hidden": "hidden_size", "layers": "num_hidden_layers", "heads": "num_attention_heads",
+            "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "intermediate": "intermediate_size",
+            "rope_theta": "rope_theta", "rms_eps": "rms_norm_eps", "context": "max_position_embeddings"}) from e
     return arch, cfg
 
 

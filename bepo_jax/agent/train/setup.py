@@ -309,9 +309,10 @@ def action_counts(actions, valid, n_actions: int):
 
 
 def evaluation(success, reward) -> dict:
-    """An evaluation's numbers from its rollout: success [tasks, K], reward [tasks, K, T]."""
+    """An evaluation's numbers from its rollout: success [tasks, K], reward [tasks, K, T]; ``ci95``
+    is the half-width of the 95% t-interval over tasks, None for one task (no interval, not 0)."""
     s = np.asarray(success, np.float64)
     per_task = s.mean(axis=1)
     ci = mean_ci(per_task)[1]
-    return {"success_rate": float(s.mean()), "tasks": int(s.shape[0]), "ci95": 0.0 if math.isnan(ci) else ci,
+    return {"success_rate": float(s.mean()), "tasks": int(s.shape[0]), "ci95": None if math.isnan(ci) else ci,
             "return": float(np.asarray(reward).sum(-1).mean()), "per_task": [float(x) for x in per_task]}
