@@ -5,6 +5,7 @@ there, and changing them after a run started is a deviation that the report must
     nice python -m experiments.llm_confirmatory run      # every (seed, arm) run in the fixed order, each in a fresh process; resumable
     python -m experiments.llm_confirmatory report        # the numbers; the decision once every run finished
     python -m experiments.llm_confirmatory status        # which runs finished, which started
+    python -m experiments.llm_confirmatory note --text "..."   # a dated note in the log (a correction)
 
 Every run is an ordinary run directory (runs/llm_confirmatory/ARM_sSEED): a stopped run resumes
 from its newest checkpoint when ``run`` is called again. Every start, resume and finish is logged
@@ -239,20 +240,26 @@ def wall_hours(events: list[dict]) -> dict:
     stop or a killed process ended it: its end is not logged, and the time to the next event includes
     the pause until the restart, so only the number of such segments is reported). ``finished_then_lost``
     counts the finishes of a run that was later run again because its record was lost (their hours are
-    in ``finished_segments_hours``: compute spent)."""
+    in ``finished_segments_hours``, compute spent, and apart in ``lost_finished_segments_hours``).
+    CPU-hours are at most twice the wall hours on the 2-core machine."""
     at = lambda e: datetime.strptime(e["time"], LOG_TIME_FORMAT)
     acts = [e for e in events if e["event"] in ("start", "finish")]
-    finished, stopped = 0.0, 0
+    segments, stopped = [], 0  # (run, hours, the index of its finish among the finishes)
+    finishes = [(e["arm"], e["seed"]) for e in acts if e["event"] == "finish"]
+    done = 0  # finishes before the current event
     for e, nxt in zip(acts, acts[1:] + [None]):
-        if e["event"] != "start":
+        if e["event"] == "finish":
+            done += 1
             continue
         if nxt is not None and nxt["event"] == "finish" and (nxt["arm"], nxt["seed"]) == (e["arm"], e["seed"]):
-            finished += (at(nxt) - at(e)).total_seconds() / 3600
+            segments.append(((e["arm"], e["seed"]), (at(nxt) - at(e)).total_seconds() / 3600, done))
         elif nxt is not None:
             stopped += 1
-    finishes = [(e["arm"], e["seed"]) for e in acts if e["event"] == "finish"]
-    lost = [run for i, run in enumerate(finishes) if run in finishes[i + 1:]]  # finished, then run again
-    return {"finished_segments_hours": finished, "stopped_segments": stopped, "finished_then_lost": len(lost)}
+    later_again = lambda run, i: run in finishes[i + 1:]  # finished, then run again: its record was lost
+    lost = [run for i, run in enumerate(finishes) if later_again(run, i)]
+    return {"finished_segments_hours": sum(h for _, h, _ in segments), "stopped_segments": stopped,
+            "finished_then_lost": len(lost),
+            "lost_finished_segments_hours": sum(h for run, h, i in segments if later_again(run, i))}
 
 
 def plot(res: dict, path: Path, window: int = EDGE) -> None:
@@ -297,7 +304,8 @@ def _markdown(res: dict) -> list[str]:
               f"{w['stopped_segments']} segments ended before their finish by a session stop or a killed process (each "
               "resumed from its newest checkpoint, or began again where its checkpoints were lost; the log's notes say "
               f"which); {w.get('finished_then_lost', 0)} finished runs were lost with their machine and run again "
-              "(counted in the hours above).",
+              f"(counted in the hours above: their finished segments took {w.get('lost_finished_segments_hours', 0):.1f} h). "
+              "CPU-hours: at most twice these (2 cores).",
               "", "## Every logged start, finish and note", ""]
     lines += [event_line(e) for e in res["events"]] or ["- none yet"]
     return lines
@@ -326,16 +334,20 @@ def status(out: Path = OUT) -> None:
 
 def main(argv=None) -> int:
     p = parser(__doc__, full=True)
-    p.add_argument("action", choices=("run", "report", "status"))
+    p.add_argument("action", choices=("run", "report", "status", "note"))
     p.add_argument("--out", default=str(OUT), help="where the runs live")
     p.add_argument("--one", action="store_true", help="run: the next pending run only, in this process")
     p.add_argument("--no-start-after", metavar="'YYYY-MM-DD HH:MM'", type=local_time,
                    help="run: start no run after this local time (finish the one under way, then stop)")
+    p.add_argument("--text", help="note: a dated note appended to the log (a correction, an event outside the runs)")
     args = p.parse_args(argv)
+    if args.action == "note" and not (args.text or "").strip():
+        p.error("note needs --text 'what happened'")
     out = Path(args.out)
     {"run": lambda: run(out, limit=1) if args.one else run_each_in_a_process(out, no_start_after=args.no_start_after),
      "report": lambda: report(out),
-     "status": lambda: status(out)}[args.action]()
+     "status": lambda: status(out),
+     "note": lambda: _log(RESULTS_DIR, event="note", text=args.text.strip())}[args.action]()
     return 0
 
 

@@ -70,12 +70,15 @@ def test_wall_hours_count_finished_segments_and_name_the_stopped_ones():
           {"time": "2026-12-04 20:00:00", "event": "start", "arm": "gigpo", "seed": 300},
           {"time": "2026-12-04 20:45:00", "event": "finish", "arm": "gigpo", "seed": 300},  # 0.75 h
           {"time": "2026-12-04 20:45:00", "event": "start", "arm": "gated_bepo", "seed": 300}]  # running
-    assert lc.wall_hours(ev) == {"finished_segments_hours": 1.75, "stopped_segments": 1, "finished_then_lost": 0}
+    assert lc.wall_hours(ev) == {"finished_segments_hours": 1.75, "stopped_segments": 1, "finished_then_lost": 0,
+                                 "lost_finished_segments_hours": 0.0}
     # the machine lost grpo s300's record; it runs again from the start (0.5 h) and counts as lost once
     ev += [{"time": "2026-12-05 12:00:00", "event": "note", "text": "new machine"},
            {"time": "2026-12-05 12:00:00", "event": "start", "arm": "grpo", "seed": 300},
            {"time": "2026-12-05 12:30:00", "event": "finish", "arm": "grpo", "seed": 300}]
-    assert lc.wall_hours(ev) == {"finished_segments_hours": 2.25, "stopped_segments": 2, "finished_then_lost": 1}
+    # the lost finish is grpo's first (1 h), not its second, nor gigpo's
+    assert lc.wall_hours(ev) == {"finished_segments_hours": 2.25, "stopped_segments": 2, "finished_then_lost": 1,
+                                 "lost_finished_segments_hours": 1.0}
 
 
 def test_every_run_is_the_recipe_with_the_protocols_overrides():
