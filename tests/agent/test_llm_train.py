@@ -92,8 +92,10 @@ def test_a_chat_model_plays_sokoban_rendered_as_text(tiny_chat_dir):
     assert jax.tree_util.tree_leaves(state.params)
 
 
-def test_held_out_games_differ_in_content_from_the_training_games(tmp_path):
+def test_held_out_games_differ_in_content_from_the_training_games(tmp_path, monkeypatch):
     import shutil
+
+    from bepo_jax.agent.envs import pools
 
     from bepo_jax.agent.envs.textworld_env import TextWorldRun, disjoint_games, game_signature, generate_games
 
@@ -106,10 +108,15 @@ def test_held_out_games_differ_in_content_from_the_training_games(tmp_path):
     assert str(first_held) not in held and len(set(held)) == 3
     content = lambda p: open(str(p)[:-3] + ".json").read()  # the files themselves, not the signature
     assert not {content(h) for h in held} & {content(t) for t in run.train_tasks}
-    # a sequence whose every game is excluded ends with a named error, not a loop
-    taken = {game_signature(p) for p in generate_games(20, tmp_path, seed=run._seed)}
-    with pytest.raises(ValueError, match="too small"):
-        disjoint_games(1, tmp_path, seed=run._seed, exclude=taken)
+    # the search stops after MAX_DRAWS candidates (set to 3 here, whatever the library's value): with the
+    # first two excluded the third is found; with all three excluded it ends with a named error, not a loop
+    monkeypatch.setattr(pools, "MAX_DRAWS", 3)
+    first = generate_games(3, tmp_path, seed=run._seed)
+    sig = [game_signature(p) for p in first]
+    assert len(set(sig)) == 3
+    assert disjoint_games(1, tmp_path, seed=run._seed, exclude=set(sig[:2])) == [first[2]]
+    with pytest.raises(ValueError, match="only 0 of 1 games with new content in 3 seeds.*too small"):
+        disjoint_games(1, tmp_path, seed=run._seed, exclude=set(sig))
 
 
 @pytest.mark.parametrize("trained", [{"train_layers": 1}, {"lora_rank": 2, "lora_targets": "q_proj,down_proj"}])

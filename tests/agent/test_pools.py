@@ -48,6 +48,21 @@ def test_held_out_levels_share_no_content_with_the_training_pool_and_none_repeat
     assert _levels(setup.held_out_tasks(200))[:64] == held
 
 
+def test_a_planted_copy_of_a_training_level_is_skipped_and_nothing_else():
+    """Not relying on natural collisions: the plain held-out sequence's levels 2 and 5 planted into the
+    training side (their signatures excluded); the pool is the sequence without exactly those two."""
+    from bepo_jax.agent.envs.pools import disjoint_tasks
+
+    setup = Setup(RunConfig(**{**SMALL, "boxes": 2}, task_pool=8, eval_tasks=8))
+    env, seed = setup.env, setup.cfg.seed + EVAL_SEED_OFFSET
+    plain = env.sample_tasks(40, seed)
+    sigs = env.task_signatures(plain)
+    assert len(set(sigs[:10])) == 10  # no natural repeat among the first ten: only the planted ones are skipped
+    got = _levels(disjoint_tasks(env, 8, seed, {sigs[2], sigs[5]}))
+    want = [lv for i, lv in enumerate(_levels(plain)[:10]) if i not in (2, 5)]
+    assert got == want
+
+
 def test_held_out_levels_avoid_the_warm_starts_demonstration_pool(tmp_path):
     source = RunConfig(**{**SMALL, "seed": 11}, task_pool=1024, eval_tasks=8)
     (tmp_path / "warm").mkdir()
