@@ -248,3 +248,23 @@ def test_a_renamed_copy_of_a_game_has_its_structure_not_its_signature(tmp_path):
     d["world"] = d["world"][1:]
     changed.with_suffix(".json").write_text(json.dumps(d))
     assert game_structure(changed) != game_structure(a)
+
+
+def test_structural_held_out_games_skip_a_renamed_copy_of_a_training_game(tmp_path):
+    """Seed 8's game is among the training games (seeds 0-8) and the held-out sequence starts at seed 17,
+    its renamed copy: a run's default pools ("structural") skip it, a run recorded with content-disjoint
+    pools ("disjoint") or plain ones ("seeded") keeps the games it was scored on."""
+    pytest.importorskip("textworld")
+    from bepo_jax.agent.envs.textworld_env import TextWorldRun, game_structure, generate_games
+    from bepo_jax.agent.train import RunConfig
+
+    cfg = RunConfig(env="textworld", task_pool=9, seed=0)
+    copy = generate_games(1, tmp_path, seed=17)[0]
+    run = lambda kind: TextWorldRun(cfg, tmp_path, eval_seed_offset=17, **({"held_out": kind} if kind else {}))
+    assert game_structure(copy) in {game_structure(p) for p in run(None).train_tasks}
+    structural = run(None).held_out(2)
+    assert str(copy) not in structural and structural == run("structural").held_out(2)
+    assert not {game_structure(p) for p in structural} & {game_structure(p) for p in run(None).train_tasks}
+    assert run("disjoint").held_out(2)[0] == str(copy) and run("seeded").held_out(2)[0] == str(copy)
+    with pytest.raises(ValueError, match="held-out games 'renamed'.*structural, disjoint, seeded"):
+        run("renamed")

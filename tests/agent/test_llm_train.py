@@ -36,6 +36,15 @@ def test_a_killed_llm_run_resumes_to_the_uninterrupted_one(tiny_chat_dir, tmp_pa
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3, 4]
     assert "eval/success_rate" in rows[4] and rows[1]["reply_tokens"] > 0 and "graph/gated_share" in rows[1]
     assert rows[2]["approx_kl"] != 0.0 or rows[2]["grad_norm"] > 0  # the update ran on the replies
+    # every evaluation records the ids of the games it played: the games' own content digests, in order
+    from bepo_jax.agent.envs.textworld_env import TextWorldRun, game_signature
+    from bepo_jax.agent.train import EVAL_SEED_OFFSET, RunConfig
+
+    games = TextWorldRun(RunConfig(env="textworld", task_pool=2), whole.parent / ".textworld_games",
+                         eval_seed_offset=EVAL_SEED_OFFSET)
+    held, train = [[game_signature(g)[:16] for g in gs] for gs in (games.held_out(1), games.train_tasks[:1])]
+    assert rows[0]["eval/task_ids"] == rows[4]["eval/task_ids"] == held
+    assert rows[0]["eval_train/task_ids"] == rows[4]["eval_train/task_ids"] == train
 
     # the same run in another process, SIGKILLed once iteration 2 is logged, then resumed here
     proc = subprocess.Popen([sys.executable, "-m", "bepo_jax.cli", "train", "--out", str(cut),

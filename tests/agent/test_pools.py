@@ -110,7 +110,8 @@ def test_a_generator_too_small_for_the_pool_is_named():
 def test_a_run_written_before_the_disjoint_pools_keeps_its_own(tmp_path):
     """A run directory with a config.json but no held_out.json was written before held-out pools were made
     disjoint: resuming, evaluating or rescoring it keeps the plain seeded pools it was scored on (and the
-    directory records that); a new run records and uses the disjoint ones."""
+    directory records that); a new run records and uses the disjoint ones ("structural": a level's arrays
+    are its structure, so for Sokoban they are the content-disjoint pools)."""
     from bepo_jax.agent.train import rundir
     from bepo_jax.agent.train.loop import _setup_for_run
 
@@ -118,11 +119,11 @@ def test_a_run_written_before_the_disjoint_pools_keeps_its_own(tmp_path):
     old, new = tmp_path / "old", tmp_path / "new"
     old.mkdir()
     (old / "config.json").write_text(json.dumps(cfg.to_dict()))  # as a run of an earlier version left it
-    assert rundir.held_out_pools(old) == "seeded" and rundir.held_out_pools(new) == "disjoint"
+    assert rundir.held_out_pools(old) == "seeded" and rundir.held_out_pools(new) == "structural"
     rundir.prepare(cfg, old, resume=True)
     rundir.prepare(cfg, new, resume=False)
     assert json.loads((old / "held_out.json").read_text()) == {"held_out": "seeded"}
-    assert json.loads((new / "held_out.json").read_text()) == {"held_out": "disjoint"}
+    assert json.loads((new / "held_out.json").read_text()) == {"held_out": "structural"}
     plain = _levels(Setup(cfg).env.sample_tasks(64, cfg.seed + EVAL_SEED_OFFSET))
     assert _levels(_setup_for_run(cfg, old).held_out_tasks(64)) == plain
     assert _levels(_setup_for_run(cfg, new).held_out_tasks(64)) == _levels(Setup(cfg).held_out_tasks(64)) != plain

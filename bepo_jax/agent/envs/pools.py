@@ -28,6 +28,13 @@ import jax
 import numpy as np
 
 T = TypeVar("T")
+# How a run's held-out pool is kept apart from its training pool (recorded in the run directory:
+# train.rundir.held_out_pools). "structural": new in structure (TextWorld: no renamed copy of a training
+# game, textworld_env.game_structure; a JAX environment's levels have no names, so for them it is
+# "disjoint"); "disjoint": new in content (runs of 2026-12-04 to 12-06); "seeded": the plain seeded
+# sequence (runs before).
+HELD_OUT_POOLS = ("structural", "disjoint", "seeded")
+DEFAULT_HELD_OUT = "structural"
 MAX_DRAWS = 20  # a pool of n is drawn from at most MAX_DRAWS * n candidates before the generator is called too small
 
 

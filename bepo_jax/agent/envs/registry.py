@@ -23,6 +23,7 @@ import importlib
 from typing import Any, Callable
 
 from .base import JaxEnv
+from .pools import DEFAULT_HELD_OUT
 
 def _sokoban(cfg):
     from .sokoban import SokobanConfig, SokobanEnv
@@ -119,14 +120,15 @@ def is_host_env(name: str) -> bool:
     return name in HOST_ENVS
 
 
-def make_host_env(name: str, cfg: Any, games_dir=None, *, eval_seed_offset: int):
+def make_host_env(name: str, cfg: Any, games_dir=None, *, eval_seed_offset: int, held_out: str = DEFAULT_HELD_OUT):
     """The host environment ``name`` of the run config ``cfg``: its tasks, shapes and host-rollout
-    arguments (``envs.textworld_env.TextWorldRun``)."""
+    arguments (``envs.textworld_env.TextWorldRun``); ``held_out``: how its held-out games are kept
+    apart from its training games (``TextWorldRun.held_out``)."""
     if name != "textworld":
         raise ValueError(f"{name!r} is not a host environment; host environments: {', '.join(HOST_ENVS)}.")
     from .textworld_env import TextWorldRun
 
-    return TextWorldRun(cfg, games_dir, eval_seed_offset=eval_seed_offset)
+    return TextWorldRun(cfg, games_dir, eval_seed_offset=eval_seed_offset, held_out=held_out)
 
 
 def make_jax_env(name: str, cfg: Any) -> JaxEnv:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from .pools import DEFAULT_HELD_OUT, HELD_OUT_POOLS
 from .text import normalize
 
 # The shapes a run gives TextWorld: observation and objective characters, admissible commands
@@ -99,15 +100,16 @@ def game_structure(path: str | Path) -> str:
     return hashlib.sha256(json.dumps({"world": facts, "quests": quests}, sort_keys=True).encode()).hexdigest()
 
 
-def disjoint_games(n: int, out_dir: str | Path, *, seed: int, exclude: set[str], **kw) -> list[Path]:
-    """The first ``n`` games of the sequence from ``seed`` whose content (``game_signature``) is not
-    in ``exclude`` nor repeated among them (``pools.first_new``; generated as needed, at most
-    ``pools.MAX_DRAWS`` n tried)."""
-    from .pools import MAX_DRAWS, first_new
+def disjoint_games(n: int, out_dir: str | Path, *, seed: int, exclude: set[str], key=game_signature,
+                   **kw) -> list[Path]:
+    """The first ``n`` games of the sequence from ``seed`` whose ``key`` (``game_signature``: content;
+    ``game_structure``: content up to names) is not in ``exclude`` nor repeated among them
+    (``pools.first_new``; generated as needed, at most ``pools.MAX_DRAWS`` n tried)."""
+    from .pools import MAX_DRAWS, first_new  # read at the call (a test sets MAX_DRAWS)
 
     tries = MAX_DRAWS * max(n, 1)
     games = (generate_games(1, out_dir, seed=seed + i, **kw)[0] for i in range(tries))
-    out = first_new(games, n, game_signature, exclude)
+    out = first_new(games, n, key, exclude)
     if len(out) < n:
         raise ValueError(f"disjoint_games: only {len(out)} of {n} games with new content in {tries} seeds from "
                          f"{seed}; the generator's space is too small (raise rooms, objects or quest_length).")
@@ -172,7 +174,13 @@ class TextWorldRun:
 
     obs_len, word_width, max_commands, task_len = OBS_CHARS, COMMAND_CHARS, MAX_COMMANDS, OBJECTIVE_CHARS
 
-    def __init__(self, cfg, games_dir: Optional[Path] = None, *, eval_seed_offset: int):
+    HELD_OUT = {"structural": game_structure, "disjoint": game_signature, "seeded": None}  # by HELD_OUT_POOLS
+
+    def __init__(self, cfg, games_dir: Optional[Path] = None, *, eval_seed_offset: int,
+                 held_out: str = DEFAULT_HELD_OUT):
+        if held_out not in HELD_OUT_POOLS:
+            raise ValueError(f"held-out games {held_out!r}: choose one of {', '.join(HELD_OUT_POOLS)}.")
+        self.held_out_pools = held_out
         self.games_dir = Path(games_dir or Path.home() / ".cache" / "bepo_jax" / "textworld")
         self._kw = dict(rooms=cfg.rooms, objects=cfg.objects, quest_length=cfg.quest_length)
         self._seed = cfg.seed * SEED_STRIDE
@@ -182,10 +190,15 @@ class TextWorldRun:
         self.train_tasks = [str(p) for p in generate_games(self.pool, self.games_dir, seed=self._seed, **self._kw)]
 
     def held_out(self, n: int) -> list[str]:
-        """The first ``n`` games of the held-out seed sequence whose content differs from every training
-        game's and from each other's (``disjoint_games``): levels never trained on, by content."""
-        train = {game_signature(p) for p in self.train_tasks}
-        return [str(p) for p in disjoint_games(n, self.games_dir, seed=self._held_out_seed, exclude=train,
+        """The first ``n`` games of the held-out seed sequence that differ from every training game and
+        from each other (``disjoint_games``): in structure (``held_out`` "structural", the default: no
+        renamed copy of a training game), in content ("disjoint": runs of 2026-12-04 to 12-06, which keep
+        their pools), or not checked ("seeded": the plain sequence, runs before)."""
+        key = self.HELD_OUT[self.held_out_pools]
+        if key is None:
+            return [str(p) for p in generate_games(n, self.games_dir, seed=self._held_out_seed, **self._kw)]
+        train = {key(p) for p in self.train_tasks}
+        return [str(p) for p in disjoint_games(n, self.games_dir, seed=self._held_out_seed, exclude=train, key=key,
                                                **self._kw)]
 
     def task_signatures(self, games: list[str]) -> list[str]:

@@ -40,7 +40,7 @@ from ..rl.loss import PPOLossConfig
 from ..rl.train_step import TrainConfig, Trainer, TrainState
 from ..rollout import Rollout
 from .config import EVAL_SEED_OFFSET, RunConfig
-from .setup import DEFAULT_POOL, Setup, held_out_pool, training_pool
+from .setup import DEFAULT_HELD_OUT, DEFAULT_POOL, Setup, held_out_pool, training_pool
 
 
 class JaxTextGames:
@@ -50,7 +50,7 @@ class JaxTextGames:
     training pool (``task_pool``, default 32) and held-out tasks as the character policy's runs
     draw them (``setup.training_pool``, ``setup.held_out_pool``: disjoint in content)."""
 
-    def __init__(self, env, cfg: RunConfig, *, held_out: str = "disjoint"):
+    def __init__(self, env, cfg: RunConfig, *, held_out: str = DEFAULT_HELD_OUT):
         self.jax_env, self.cfg, self.held_out_pools = env, cfg, held_out
         self.pool = cfg.task_pool or DEFAULT_POOL
         self.max_steps = cfg.max_steps or env.max_steps
@@ -76,14 +76,15 @@ class LLMSetup(Setup):
     trainer of the chosen parameters, the chat rollout, and the iteration."""
 
     def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None, reuse_frozen: bool = True,
-                 held_out: str = "disjoint"):
+                 held_out: str = DEFAULT_HELD_OUT):
         """``reuse_frozen`` (training the top N blocks): the update starts from the frozen blocks'
         output the rollout recorded (True) or runs them again (False: the benchmarks' baseline);
         ``held_out``: a JAX environment's held-out pools (``Setup``)."""
         self.cfg = cfg
         self.host = True
         self.held_out = held_out
-        self.env = (make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET) if is_host_env(cfg.env)
+        self.env = (make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET, held_out=held_out)
+                    if is_host_env(cfg.env)
                     else JaxTextGames(make_jax_env(cfg.env, cfg), cfg, held_out=held_out))
         self.max_steps = self.env.max_steps
         self.train_tasks = self.env.train_tasks

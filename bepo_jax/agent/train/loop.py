@@ -20,7 +20,7 @@ from ..rl.train_step import TrainState
 from . import rundir
 from .config import RunConfig
 from .multiseed import SeedBatch, stack, unstack
-from .setup import Setup
+from .setup import DEFAULT_HELD_OUT, Setup
 
 
 def _with_env(cfg: RunConfig, env):
@@ -207,7 +207,7 @@ def _train_seeds(cfg, seeds, outs, mine, owners, *, resume, progress, on_iterati
         raise ValueError(f"train_seeds: the run directories {[str(outs[i]) for i in mine]} mix held-out pools "
                          f"({', '.join(sorted(pools))}: runs written before and after the pools were made disjoint); "
                          "resume them apart, or start the older ones again in new directories.")
-    runs = SeedBatch(cfg, seeds, mesh=mesh, runs_per_step=runs_per_step, held_out=pools.pop() if pools else "disjoint")
+    runs = SeedBatch(cfg, seeds, mesh=mesh, runs_per_step=runs_per_step, held_out=pools.pop() if pools else DEFAULT_HELD_OUT)
     ckpts = {i: Checkpointer(outs[i] / "checkpoints", max_to_keep=cfg.keep_checkpoints,
                              process=jax.process_index()) for i in mine}
     logs, rows = {}, [[] for _ in seeds]

@@ -42,7 +42,7 @@ import numpy as np
 from ..envs.registry import is_host_env
 from ..rl.train_step import TrainState
 from .config import RunConfig
-from .setup import Setup, evaluation
+from .setup import DEFAULT_HELD_OUT, Setup, evaluation
 
 
 def host_copy(tree):
@@ -76,7 +76,7 @@ class SeedBatch:
     """S seeds of ``cfg`` as one compiled program (module docstring)."""
 
     def __init__(self, cfg: RunConfig, seeds: Sequence[int], *, mesh: Optional[Mesh] = None, runs_axis: str = "runs",
-                 env=None, runs_per_step: Optional[int] | str = "auto", held_out: str = "disjoint"):
+                 env=None, runs_per_step: Optional[int] | str = "auto", held_out: str = DEFAULT_HELD_OUT):
         seeds = [int(s) for s in seeds]
         if not seeds:
             raise ValueError("SeedBatch needs at least one seed.")
@@ -157,4 +157,4 @@ class SeedBatch:
         keys = self.place(jnp.stack([jax.random.PRNGKey(int(e)) for e in eval_seeds]))
         ro = self._eval(states.params, self._eval_pools[training], keys)
         success, reward = host_copy((ro.success, ro.batch.reward))
-        return [evaluation(success[i], reward[i]) for i in range(len(self.seeds))]
+        return [evaluation(success[i], reward[i], s.eval_task_ids(training=training)) for i, s in enumerate(self.setups)]

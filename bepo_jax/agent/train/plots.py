@@ -19,8 +19,8 @@ def draw_curve(rows: list[dict], ax) -> None:
         w = max(1, len(sr) // 10)
         ax.plot(it, trailing_mean(sr, w), color="C0", label=f"train ({w}-iteration mean)")
         for prefix, color, label in (("eval_train/", "C2", "training tasks (eval)"), ("eval/", "C3", "held-out")):
-            ev = [(r["iteration"], r[prefix + "success_rate"], np.nan if r.get(prefix + "ci95") is None else r[prefix + "ci95"])
-                  for r in rows if prefix + "success_rate" in r]
+            half = lambda r: np.nan if r.get(prefix + "ci95") is None else r[prefix + "ci95"]  # None: one task
+            ev = [(r["iteration"], r[prefix + "success_rate"], half(r)) for r in rows if prefix + "success_rate" in r]
             if ev:
                 e = np.array(ev)
                 ax.errorbar(e[:, 0], e[:, 1], yerr=e[:, 2], fmt="o-", color=color, capsize=3, label=label)

@@ -131,19 +131,19 @@ def is_finished_run_of(run_dir: str | Path, cfg: RunConfig) -> bool:
     return True
 
 
-HELD_OUT_FILE = "held_out.json"  # which held-out pools the run is scored on (setup.HELD_OUT_POOLS)
+HELD_OUT_FILE = "held_out.json"  # which held-out pools the run is scored on (envs.pools.HELD_OUT_POOLS)
 
 
 def held_out_pools(run_dir: str | Path) -> str:
-    """The held-out pools of a run directory: "disjoint" (content-disjoint from the training pools, every
-    run since 2026-12-04, recorded in ``HELD_OUT_FILE``), or "seeded" for a run written before (a
-    config.json without that file: its pools were the plain seeded sequence, and a resume, an evaluation
-    or a rescoring of it keeps them, so its numbers stay comparable)."""
+    """The held-out pools of a run directory, as recorded in ``HELD_OUT_FILE``: "structural" (new in
+    structure, every run since 2026-12-06), "disjoint" (new in content, runs of 2026-12-04 to 12-06), or
+    "seeded" for a run written before (a config.json without that file: its pools were the plain seeded
+    sequence). A resume, an evaluation or a rescoring keeps the run's own, so its numbers stay comparable."""
     run_dir = Path(run_dir)
     marker = run_dir / HELD_OUT_FILE
     if marker.exists():
         return json.loads(marker.read_text())["held_out"]
-    return "seeded" if (run_dir / "config.json").exists() else "disjoint"
+    return "seeded" if (run_dir / "config.json").exists() else "structural"
 
 
 def prepare(cfg: RunConfig, out: Path, *, resume: bool) -> RunConfig:
@@ -161,7 +161,7 @@ def prepare(cfg: RunConfig, out: Path, *, resume: bool) -> RunConfig:
                              "(only iterations may change).")
         cfg = stored.replace(iterations=cfg.iterations)
     out.mkdir(parents=True, exist_ok=True)
-    pools = held_out_pools(out)  # before config.json: a new run's is "disjoint", an older run's "seeded"
+    pools = held_out_pools(out)  # before config.json: a new run's is "structural", an older run's its own
     if not (out / HELD_OUT_FILE).exists():
         atomic_write(out / HELD_OUT_FILE, json.dumps({"held_out": pools}))
     atomic_write(cfg_path, json.dumps(cfg.to_dict(), indent=2))
@@ -186,7 +186,7 @@ class MetricsLog:
             f.flush()
             os.fsync(f.fileno())
         for k, v in row.items():
-            if k != "iteration" and not isinstance(v, list):
+            if k != "iteration" and isinstance(v, (int, float)):  # not lists, nor a None (no interval)
                 self.tb.add_scalar(k, v, row["iteration"])
         self.tb.flush()
 

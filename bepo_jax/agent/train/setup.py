@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ..envs.pools import DEFAULT_HELD_OUT, HELD_OUT_POOLS
 from ..envs.registry import is_host_env, make_host_env, make_jax_env
 from ..envs.text import VOCAB
 from ...credit.estimators.registry import get_estimator, make_config
@@ -45,16 +46,16 @@ def training_pool(env, cfg: RunConfig):
     return env.sample_tasks(cfg.task_pool or DEFAULT_POOL, cfg.seed)
 
 
-HELD_OUT_POOLS = ("disjoint", "seeded")  # rundir.held_out_pools: a run's kind, recorded in its directory
 
 
-def held_out_pool(env, cfg: RunConfig, n: int, train_tasks=None, *, pools: str = "disjoint"):
+def held_out_pool(env, cfg: RunConfig, n: int, train_tasks=None, *, pools: str = DEFAULT_HELD_OUT):
     """A JAX environment's first ``n`` held-out tasks for ``cfg``: the sequence from ``seed +
     EVAL_SEED_OFFSET`` without any task whose content (``task_signatures``) is in the run's training
     pool, in the pool of a run it starts from (``init_from``: a warm start's demonstration levels),
-    or earlier in the pool (``envs.pools``). An environment without ``task_signatures``, or ``pools``
-    "seeded" (a run written before the pools were disjoint: ``rundir.held_out_pools``), keeps the plain
-    seeded sequence. ``train_tasks``: the run's own training pool, when already drawn."""
+    or earlier in the pool (``envs.pools``); "structural" and "disjoint" are the same here (a level's
+    arrays are its structure). An environment without ``task_signatures``, or ``pools`` "seeded" (a run
+    written before the pools were disjoint: ``rundir.held_out_pools``), keeps the plain seeded sequence.
+    ``train_tasks``: the run's own training pool, when already drawn."""
     from ..envs.pools import disjoint_tasks, has_signatures
 
     if pools not in HELD_OUT_POOLS:
@@ -69,7 +70,7 @@ def held_out_pool(env, cfg: RunConfig, n: int, train_tasks=None, *, pools: str =
     return disjoint_tasks(env, n, seed, exclude)
 
 
-def pool_digests(cfg: RunConfig, *, pools: str = "disjoint") -> dict:
+def pool_digests(cfg: RunConfig, *, pools: str = DEFAULT_HELD_OUT) -> dict:
     """What fixes a JAX-environment run's tasks, as two digests: sha256 over the task signatures of
     its training pool and of its first ``eval_tasks`` held-out tasks (``held_out_pool``), in order. A
     recorded result carries them (``experiments/record_main_job.py``), and a test recomputes them from
@@ -88,15 +89,16 @@ def pool_digests(cfg: RunConfig, *, pools: str = "disjoint") -> dict:
 class Setup:
     """The environment, policy, trainer and rollout functions of a run config."""
 
-    def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None, env=None, held_out: str = "disjoint"):
+    def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None, env=None,
+                 held_out: str = DEFAULT_HELD_OUT):
         """``env``: a JaxEnv instance to use instead of building ``cfg.env`` (the name is
-        then only a label in ``config.json``); ``held_out``: the held-out pools ("disjoint", or "seeded"
-        for a run written before they were: ``rundir.held_out_pools``)."""
+        then only a label in ``config.json``); ``held_out``: the held-out pools (``HELD_OUT_POOLS``;
+        an existing run's kind: ``rundir.held_out_pools``)."""
         self.cfg = cfg
         self.held_out = held_out
         self.host = env is None and is_host_env(cfg.env)
         if self.host:
-            self.env = make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET)
+            self.env = make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET, held_out=held_out)
             word, pool, self.max_steps = self.env.word_width, self.env.pool, self.env.max_steps
             self.train_tasks = self.env.train_tasks
             self.eval_pool = self.env.held_out(cfg.eval_tasks)
@@ -270,24 +272,35 @@ class Setup:
             pool = self.held_out_tasks(n)
         return jax.tree_util.tree_map(jnp.asarray, pool)
 
+    def eval_task_ids(self, *, n_tasks: Optional[int] = None, training: bool = False) -> list[str]:
+        """The content ids (``envs.pools.task_ids``) of the tasks ``evaluate`` runs on with the same
+        arguments, in order: recorded with every evaluation, so "the same games" can be checked later."""
+        from ..envs.pools import task_ids
+
+        n = n_tasks or self.cfg.eval_tasks
+        if self.host:
+            return task_ids(self.env, self.train_tasks[:n] if training else self.held_out_tasks(n))
+        return task_ids(self.env, jax.tree_util.tree_map(np.asarray, self.eval_pool_for(n_tasks=n, training=training)))
+
     def evaluate(self, params, *, n_tasks: Optional[int] = None, seed: int = 0, training: bool = False) -> dict:
         """Success rate of the policy (K samples per task at the run's temperature) on
         ``n_tasks`` (default ``eval_tasks``) held-out tasks, or on the first ``n_tasks``
-        training tasks (``training``; at most the pool). TextWorld's held-out games are the
-        first ``n_tasks`` of the run's held-out sequence (generated when not cached); host
-        environments play ``EVAL_BATCH`` tasks at a time."""
+        training tasks (``training``; at most the pool), with the tasks' ids (``eval_task_ids``).
+        TextWorld's held-out games are the first ``n_tasks`` of the run's held-out sequence
+        (generated when not cached); host environments play ``EVAL_BATCH`` tasks at a time."""
         key = jax.random.PRNGKey(seed)
+        ids = self.eval_task_ids(n_tasks=n_tasks, training=training)
         if self.host:  # EVAL_BATCH tasks at a time (bounded memory); the first batch with ``key`` itself
             n = n_tasks or self.cfg.eval_tasks
             tasks = self.train_tasks[:n] if training else self.held_out_tasks(n)
             outs = rollouts_in_batches(self.rollout, params, tasks, key, EVAL_BATCH)
             return evaluation(np.concatenate([np.asarray(o.success) for o in outs]),
-                              np.concatenate([np.asarray(o.batch.reward) for o in outs]))
+                              np.concatenate([np.asarray(o.batch.reward) for o in outs]), ids)
         else:
             if self._eval is None:
                 self._eval = jax.jit(self.rollout)
             ro = self._eval(params, self.eval_pool_for(n_tasks=n_tasks, training=training), key)
-        return evaluation(ro.success, ro.batch.reward)
+        return evaluation(ro.success, ro.batch.reward, ids)
 
 
 EVAL_BATCH = 16  # host environments' evaluation: tasks rolled out together
@@ -308,11 +321,13 @@ def action_counts(actions, valid, n_actions: int):
     return jnp.sum(hits, axis=tuple(range(valid.ndim))).astype(jnp.float32)
 
 
-def evaluation(success, reward) -> dict:
+def evaluation(success, reward, task_ids: Optional[list[str]] = None) -> dict:
     """An evaluation's numbers from its rollout: success [tasks, K], reward [tasks, K, T]; ``ci95``
-    is the half-width of the 95% t-interval over tasks, None for one task (no interval, not 0)."""
+    is the half-width of the 95% t-interval over tasks, None for one task (no interval, not 0);
+    ``task_ids`` (the tasks' content ids, in order) recorded with them when given."""
     s = np.asarray(success, np.float64)
     per_task = s.mean(axis=1)
     ci = mean_ci(per_task)[1]
     return {"success_rate": float(s.mean()), "tasks": int(s.shape[0]), "ci95": None if math.isnan(ci) else ci,
-            "return": float(np.asarray(reward).sum(-1).mean()), "per_task": [float(x) for x in per_task]}
+            "return": float(np.asarray(reward).sum(-1).mean()), "per_task": [float(x) for x in per_task],
+            **({"task_ids": list(task_ids)} if task_ids else {})}
