@@ -47,6 +47,9 @@ VARIANTS = {
     "recipe": {},  # the recipe's update (2 games x 4 episodes, top 2 blocks, lr 2e-5, 8 training games)
     "wide": {"groups": 4, "group_size": 8, "task_pool": 64},  # 32 episodes an iteration over 64 games
     "wide_lr5e-5_top4": {"groups": 4, "group_size": 8, "task_pool": 64, "learning_rate": 5e-5, "train_layers": 4},
+    # the same without the invalid-command penalty: wide_lr5e-5_top4 collapsed onto short always-valid replies
+    "wide_lr5e-5_top4_nopenalty": {"groups": 4, "group_size": 8, "task_pool": 64, "learning_rate": 5e-5,
+                                   "train_layers": 4, "invalid_penalty": 0.0},
     "wide_lr5e-5_top4_kl": {"groups": 4, "group_size": 8, "task_pool": 64, "learning_rate": 5e-5, "train_layers": 4,
                             "kl_coef": 0.05},
 }
@@ -57,6 +60,9 @@ EVENTS = {
              "iterations 1-12: 0.28, 0.00, 0.16, 0.00, 0.22, 0.31, 0.25, 0.09, 0.16, 0.00, 0.19, 0.09; invalid 0.10-0.18 "
              "in iterations 9-12); at about 09:11 UTC the machine was shut down and the run directory went with it: "
              "iterations 10-12 and the checkpoints are lost, the table keeps what the last summary recorded"],
+    "wide_lr5e-5_top4": ["during iteration 3 of its first start the process was killed with the session's shell "
+                         "(a tool restart, about 13:30 UTC); the next start resumed from its iteration-2 checkpoint "
+                         "and iteration 3 reproduced exactly (sampled success 0.156, invalid 0.496)"],
 }
 CURVE = ("iteration", "success_rate", "invalid_rate", "reply_tokens", "episode_length", "step_time",
          "rollout/decode_s", "update_s", "rollout/prefill_tokens", "rollout/prompt_tokens", "rollout/compiles",
