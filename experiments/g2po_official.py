@@ -3,7 +3,7 @@
     python -m experiments.g2po_official --official PATH/core_g2po.py --torch-python PATH/bin/python
 
 ``PATH/core_g2po.py``: the file ``g2po/core_g2po.py`` of github.com/Nala-YN/G2PO (read with
-``git show b8ffaf5:g2po/core_g2po.py``); the interpreter needs torch and numpy (the file imports
+``git show b8ffaf5:g2po/core_g2po.py``; vendored unchanged as ``tests/fixtures/official/g2po/core_g2po.py``); the interpreter needs torch and numpy (the file imports
 ``verl.DataProto`` only as a type: a stand-in module is put in its place). Random verl-agent-like
 rollouts (success pays 10, an invalid action costs 0.1, observations drawn from a few symbols so
 states repeat) go through the official functions in that interpreter (``compute_group_aggregation_values``,
@@ -102,19 +102,16 @@ def report(name: str, official: str, worst: dict, runs: list, column: str, head:
     print("\n".join(lines))
 
 
-def main(argv=None) -> int:
-    p = parser(__doc__)
-    p.add_argument("--official", required=True, help="the official g2po/core_g2po.py")
-    p.add_argument("--torch-python", required=True, help="an interpreter with torch and numpy")
-    p.add_argument("--seeds", type=int, default=20)
-    args = p.parse_args(argv)
+def compare(official_path: str, torch_python: str, seeds: int) -> tuple[dict, list]:
+    """bepo_jax's g2po against the official file on ``seeds`` random sets of groups: the largest absolute
+    difference per mode, and one record per (seed, mode)."""
     import bepo_jax as bj
 
     worst = {"mean_norm": 0.0, "mean_std_norm": 0.0}
     runs = []
-    for seed in range(args.seeds):
+    for seed in range(seeds):
         batch, rows = rollouts(seed, groups=4, k=4 + seed % 5, t_max=6, symbols=3 + seed % 4)
-        official = run_official(args.torch_python, OFFICIAL_SIDE, args.official, rows)
+        official = run_official(torch_python, OFFICIAL_SIDE, official_path, rows)
         mask = np.asarray(batch.mask)
         for mode, norm in (("mean_norm", "mean"), ("mean_std_norm", "mean_std")):
             ours = np.asarray(bj.g2po(batch, bj.G2POConfig(norm=norm)).advantage)[mask]  # rows in trajectory order
@@ -122,6 +119,16 @@ def main(argv=None) -> int:
             worst[mode] = max(worst[mode], diff)
             runs.append({"seed": seed, "mode": mode, "rows": int(mask.sum()), "max_abs_diff": diff,
                          "max_abs_advantage": float(np.max(np.abs(ours)))})
+    return worst, runs
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--official", required=True, help="the official g2po/core_g2po.py")
+    p.add_argument("--torch-python", required=True, help="an interpreter with torch and numpy")
+    p.add_argument("--seeds", type=int, default=20)
+    args = p.parse_args(argv)
+    worst, runs = compare(args.official, args.torch_python, args.seeds)
     report("g2po_official", args.official, worst, runs, "mode",
            ["# bepo_jax's g2po against the G2PO authors' code", f"{args.seeds} random sets of groups (4 groups, K = 4-8, "
             "1-6 steps, 3-6 observation symbols, success pays 10, a quarter of the actions invalid at 0.1); the "

@@ -1,8 +1,10 @@
 """bepo_jax's ``proxmo`` against the ProxMO authors' own code, run as they wrote it.
 
-    git -C REPO show 496efa7:proxmo/core_proxmo.py > core_proxmo.py    # github.com/GithubX-F/ProxMO-RL
-    python -m experiments.proxmo_official --official core_proxmo.py --torch-python PATH/bin/python
+    python -m experiments.proxmo_official --official tests/fixtures/official/proxmo/core_proxmo.py \
+        --torch-python PATH/bin/python
 
+The file is github.com/GithubX-F/ProxMO-RL's ``proxmo/core_proxmo.py`` at ``496efa7``, vendored unchanged
+(tests/fixtures/official/README.md).
 The interpreter needs torch, numpy and scikit-learn (the file imports ``verl.DataProto`` only as a type: a
 stand-in module is put in its place). Random verl-agent-like rollouts (success pays 10, an invalid action
 costs 0.1, observations are short sentences from a few words so their TF-IDF vectors overlap in part, or
@@ -62,19 +64,16 @@ def texts_of(rows: dict, batch) -> list:
     return [[[next(it) for _ in range(int(lengths[b, k]))] for k in range(K)] for b in range(B)]
 
 
-def main(argv=None) -> int:
-    p = parser(__doc__)
-    p.add_argument("--official", required=True, help="the official proxmo/core_proxmo.py")
-    p.add_argument("--torch-python", required=True, help="an interpreter with torch, numpy and scikit-learn")
-    p.add_argument("--seeds", type=int, default=20)
-    args = p.parse_args(argv)
+def compare(official_path: str, torch_python: str, seeds: int) -> tuple[dict, list]:
+    """bepo_jax's proxmo against the official file on ``seeds`` random sets of groups: the largest absolute
+    difference per setting (mode, PSC), and one record per (seed, setting)."""
     import bepo_jax as bj
 
     worst, runs = {}, []
-    for seed in range(args.seeds):
+    for seed in range(seeds):
         words = WORDS if seed % 4 else ()  # one set in four: bare symbols "s0", "s1", ...
         batch, rows = rollouts(seed, groups=4, k=4 + seed % 5, t_max=6, symbols=3 + seed % 6, words=words)
-        official = run_official(args.torch_python, OFFICIAL_SIDE, args.official, rows)
+        official = run_official(torch_python, OFFICIAL_SIDE, official_path, rows)
         mask = np.asarray(batch.mask)
         texts = texts_of(rows, batch)
         for key, values in official.items():
@@ -85,6 +84,16 @@ def main(argv=None) -> int:
             worst[key] = max(worst.get(key, 0.0), diff)
             runs.append({"seed": seed, "setting": key, "words": bool(words), "rows": int(mask.sum()),
                          "max_abs_diff": diff, "max_abs_advantage": float(np.max(np.abs(ours)))})
+    return worst, runs
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--official", required=True, help="the official proxmo/core_proxmo.py")
+    p.add_argument("--torch-python", required=True, help="an interpreter with torch, numpy and scikit-learn")
+    p.add_argument("--seeds", type=int, default=20)
+    args = p.parse_args(argv)
+    worst, runs = compare(args.official, args.torch_python, args.seeds)
     report("proxmo_official", args.official, worst, runs, "setting",
            ["# bepo_jax's proxmo against the ProxMO authors' code", f"{args.seeds} random sets of groups (4 groups, "
             "K = 4-8, 1-6 steps, success pays 10, a quarter of the actions invalid at 0.1; observations are sentences "
