@@ -18,6 +18,13 @@ temperature 0.7, one earlier turn in the chat, replies of at most 24 tokens; PPO
 minibatches of 4 micro-batches) on the top 2 of its 30 blocks at learning rate 2e-5; 40
 iterations, 12 held-out games at iterations 0, 20 and 40, a checkpoint every 2 iterations
 (an iteration takes 30-60 s on a 2-core CPU: docs/llm.md).
+
+``llm_textworld_wide``: ``llm_textworld`` as the recipe sweep chose it on training games only
+(``experiments/llm_recipe_sweep.py``, variant ``wide_lr5e-5_top4_nopenalty``; docs/llm.md): 4 games x 8
+episodes an iteration drawn from 64 training games, the whole episode in the chat (3 earlier turns,
+so each turn's cache is reused whole), the top 4 blocks at learning rate 5e-5, and no penalty for a
+reply that names no command (with one, the model collapsed onto short always-valid replies); 30
+iterations, 24 held-out games x 8 episodes at iterations 0 and 30 (about an hour on 2 cores).
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ RECIPES: dict[str, RunConfig] = {
                                max_reply=24, train_layers=2, learning_rate=2e-5, num_minibatches=2, grad_accum=4,
                                iterations=40, eval_tasks=12, eval_every=20, checkpoint_every=2, keep_checkpoints=2),
 }
+RECIPES["llm_textworld_wide"] = RECIPES["llm_textworld"].replace(
+    prompt_history=3, groups=4, group_size=8, task_pool=64, learning_rate=5e-5, train_layers=4, invalid_penalty=0.0,
+    iterations=30, eval_tasks=24, eval_every=30)
 
 
 def recipe(name: str) -> RunConfig:
