@@ -120,7 +120,7 @@ test-py312: $(VENV312)/.installed
 		--nbmake notebooks/*.ipynb --doctest-modules $(sort $(PY312_TESTS)) bepo_jax
 
 test-verl: $(VENV_VERL)/.installed
-	$(VENV_VERL)/bin/python -m pytest -n 2 -q tests/integrations/test_verl.py tests/integrations/test_official.py
+	$(VENV_VERL)/bin/python -m pytest -n 2 -q tests/integrations/test_verl.py tests/experiments/test_official.py
 
 # Re-lock after changing dependencies in pyproject.toml (lock: Python 3.11, lock-py312: 3.12).
 lock:

@@ -46,8 +46,6 @@ def training_pool(env, cfg: RunConfig):
     return env.sample_tasks(cfg.task_pool or DEFAULT_POOL, cfg.seed)
 
 
-
-
 def held_out_pool(env, cfg: RunConfig, n: int, train_tasks=None, *, pools: str = DEFAULT_HELD_OUT):
     """A JAX environment's first ``n`` held-out tasks for ``cfg``: the sequence from ``seed +
     EVAL_SEED_OFFSET`` without any task whose content (``task_signatures``) is in the run's training
