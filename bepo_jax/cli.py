@@ -168,6 +168,9 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError("eval: pass --games DIR or --game-seeds A-B, not both.")
     if args.model and not (args.games or args.game_seeds):
         raise ValueError("eval --model scores games you name: add --games DIR or --game-seeds A-B.")
+    if args.episodes is not None and not (args.games or args.game_seeds):
+        raise ValueError("eval: --episodes applies to --games DIR or --game-seeds A-B; a run's own held-out tasks "
+                         "(--tasks) are played with the run's group size per task. Drop --episodes, or name the games.")
     games = game_eval.games_in(args.games) if args.games else None  # checked before any model loads
     seeds = game_eval.parse_seeds(args.game_seeds) if args.game_seeds else None
     for flag in ("episodes", "batch", "quest_length"):
@@ -395,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--games", default=None, metavar="DIR", help="your TextWorld games: .z8/.ulx files, each with its .json")
     e.add_argument("--game-seeds", default=None, metavar="A-B", help="generated TextWorld games, one per seed")
     e.add_argument("--quest-length", type=int, default=None, help="of the generated games (default: the run's)")
-    e.add_argument("--episodes", type=int, default=None, help="episodes per game (default: the run's group size)")
+    e.add_argument("--episodes", type=int, default=None, help="episodes per game of --games / --game-seeds (default: the run's group size)")
     e.add_argument("--batch", type=int, default=None, help="games played at once (default 16)")
     e.add_argument("--out", default=None, help="the per-game results' JSON file (default eval.json)")
     e.add_argument("--seed", type=int, default=0)

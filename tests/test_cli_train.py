@@ -157,6 +157,7 @@ def test_a_recipe_is_a_whole_config_and_flags_override_it():
     (["compare", "--arms", "grpo,grpo"], "the labels ['grpo'] appear twice"),
     (["compare", "--arms", "a/b=grpo"], "a label names a directory"),
     (["eval", "--checkpoint", "/nonexistent/run"], "no config.json"),
+    (["eval", "--checkpoint", "/nonexistent/run", "--episodes", "4"], "--episodes applies to --games DIR or --game-seeds"),
 ])
 def test_bad_flags_name_the_valid_values(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
