@@ -48,16 +48,8 @@ def main(argv=None) -> None:
         raise SystemExit(f"{out}: the newest checkpoint is iteration {meta.get('iteration', it)}, not the last "
                          f"({cfg.iterations}); finish the sweep's run first.")
     quest = args.quest_length or cfg.quest_length
-    if quest == cfg.quest_length:
-        games, stem = setup.env.held_out(args.games), "held_out"
-    else:  # the same held-out seeds, longer quests; none a training game up to names
-        from bepo_jax.agent.envs.textworld_env import disjoint_games, game_structure
-
-        train = {game_structure(g) for g in setup.env.train_tasks}
-        games = [str(g) for g in disjoint_games(args.games, setup.env.games_dir, seed=setup.env._held_out_seed,
-                                                exclude=train, key=game_structure, rooms=cfg.rooms,
-                                                objects=cfg.objects, quest_length=quest)]
-        stem = f"held_out_q{quest}"
+    games = setup.env.held_out(args.games, quest_length=quest)  # the same held-out seeds; none a training game
+    stem = "held_out" if quest == cfg.quest_length else f"held_out_q{quest}"
     res = {"command": command(NAME), "commit": git_commit(), "machine": machine(), "variant": VARIANT,
            "recipe": "llm_textworld_wide", "held_out_pools": "structural", "games": args.games,
            "episodes": args.episodes, "seed": args.seed, "quest_length": quest}

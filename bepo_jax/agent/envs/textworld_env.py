@@ -189,17 +189,19 @@ class TextWorldRun:
         self.max_steps = cfg.max_steps or MAX_STEPS
         self.train_tasks = [str(p) for p in generate_games(self.pool, self.games_dir, seed=self._seed, **self._kw)]
 
-    def held_out(self, n: int) -> list[str]:
+    def held_out(self, n: int, *, quest_length: Optional[int] = None) -> list[str]:
         """The first ``n`` games of the held-out seed sequence that differ from every training game and
         from each other (``disjoint_games``): in structure (``held_out`` "structural", the default: no
         renamed copy of a training game), in content ("disjoint": runs of 2026-12-04 to 12-06, which keep
-        their pools), or not checked ("seeded": the plain sequence, runs before)."""
+        their pools), or not checked ("seeded": the plain sequence, runs before). ``quest_length``: the
+        same seeds generated with longer (or shorter) quests than the run's, to test transfer."""
+        kw = {**self._kw, **({"quest_length": quest_length} if quest_length else {})}
         key = self.HELD_OUT[self.held_out_pools]
         if key is None:
-            return [str(p) for p in generate_games(n, self.games_dir, seed=self._held_out_seed, **self._kw)]
+            return [str(p) for p in generate_games(n, self.games_dir, seed=self._held_out_seed, **kw)]
         train = {key(p) for p in self.train_tasks}
         return [str(p) for p in disjoint_games(n, self.games_dir, seed=self._held_out_seed, exclude=train, key=key,
-                                               **self._kw)]
+                                               **kw)]
 
     def task_signatures(self, games: list[str]) -> list[str]:
         """Each game's content digest (``game_signature``)."""

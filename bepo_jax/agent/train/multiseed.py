@@ -105,7 +105,7 @@ class SeedBatch:
         self.tasks = self.place(stack([jax.tree_util.tree_map(jnp.asarray, s.train_tasks) for s in self.setups]))
         self._step = jax.jit(self._iteration, donate_argnums=(0,))
         self._eval = jax.jit(lambda params, pools, keys: self._over_runs(self.setups[0].rollout, params, pools, keys))
-        self._eval_pools = {}
+        self._eval_pools, self._eval_ids = {}, {}
 
     def _over_runs(self, f, *xs):
         """``f`` on every run: vmapped over all of them, or (``runs_per_step`` = k) a loop
@@ -152,9 +152,11 @@ class SeedBatch:
     def evaluate_all(self, states: TrainState, eval_seeds: Sequence[int], *, training: bool = False) -> list[dict]:
         """Every seed's ``Setup.evaluate(params, seed=eval_seeds[i], training=training)`` as one
         vmapped program (one compile for all seeds; each seed its own tasks and key)."""
-        if training not in self._eval_pools:
-            self._eval_pools[training] = self.place(stack([s.eval_pool_for(training=training) for s in self.setups]))
+        if training not in self._eval_pools:  # the pools and their ids are fixed: built once per kind
+            tasks = [s.eval_tasks(training=training) for s in self.setups]
+            self._eval_pools[training] = self.place(stack(tasks))
+            self._eval_ids[training] = [s.task_ids_of(t) for s, t in zip(self.setups, tasks)]
         keys = self.place(jnp.stack([jax.random.PRNGKey(int(e)) for e in eval_seeds]))
         ro = self._eval(states.params, self._eval_pools[training], keys)
         success, reward = host_copy((ro.success, ro.batch.reward))
-        return [evaluation(success[i], reward[i], s.eval_task_ids(training=training)) for i, s in enumerate(self.setups)]
+        return [evaluation(success[i], reward[i], self._eval_ids[training][i]) for i in range(len(self.seeds))]

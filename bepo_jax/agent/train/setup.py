@@ -260,44 +260,44 @@ class Setup:
             return self.env.held_out(n)
         return held_out_pool(self.env, self.cfg, n, self.train_tasks, pools=self.held_out)
 
-    def eval_pool_for(self, *, n_tasks: Optional[int] = None, training: bool = False):
-        """The tasks an evaluation runs on (JAX environments: a pytree of arrays): the first
-        ``n_tasks`` (default ``eval_tasks``) training tasks, or held-out tasks."""
+    def eval_tasks(self, *, n_tasks: Optional[int] = None, training: bool = False):
+        """The tasks an evaluation runs on, on the host (TextWorld: game paths; JAX environments: a
+        pytree of arrays): the first ``n_tasks`` (default ``eval_tasks``; at most the pool) training
+        tasks, or held-out tasks."""
         n = n_tasks or self.cfg.eval_tasks
-        if training:
-            pool = jax.tree_util.tree_map(lambda x: x[: min(n, self.pool_size)], self.train_tasks)
-        else:
-            pool = self.held_out_tasks(n)
-        return jax.tree_util.tree_map(jnp.asarray, pool)
+        if not training:
+            return self.held_out_tasks(n)
+        if self.host:
+            return self.train_tasks[:n]
+        return jax.tree_util.tree_map(lambda x: x[: min(n, self.pool_size)], self.train_tasks)
 
-    def eval_task_ids(self, *, n_tasks: Optional[int] = None, training: bool = False) -> list[str]:
-        """The content ids (``envs.pools.task_ids``) of the tasks ``evaluate`` runs on with the same
-        arguments, in order: recorded with every evaluation, so "the same games" can be checked later."""
+    def eval_pool_for(self, *, n_tasks: Optional[int] = None, training: bool = False):
+        """``eval_tasks`` of a JAX environment as device arrays."""
+        return jax.tree_util.tree_map(jnp.asarray, self.eval_tasks(n_tasks=n_tasks, training=training))
+
+    def task_ids_of(self, tasks) -> list[str]:
+        """The content ids (``envs.pools.task_ids``) of ``tasks`` (``eval_tasks``), in order: recorded with
+        every evaluation, so "the same games" can be checked later."""
         from ..envs.pools import task_ids
 
-        n = n_tasks or self.cfg.eval_tasks
-        if self.host:
-            return task_ids(self.env, self.train_tasks[:n] if training else self.held_out_tasks(n))
-        return task_ids(self.env, jax.tree_util.tree_map(np.asarray, self.eval_pool_for(n_tasks=n, training=training)))
+        return task_ids(self.env, tasks if self.host else jax.tree_util.tree_map(np.asarray, tasks))
 
     def evaluate(self, params, *, n_tasks: Optional[int] = None, seed: int = 0, training: bool = False) -> dict:
         """Success rate of the policy (K samples per task at the run's temperature) on
         ``n_tasks`` (default ``eval_tasks``) held-out tasks, or on the first ``n_tasks``
-        training tasks (``training``; at most the pool), with the tasks' ids (``eval_task_ids``).
+        training tasks (``training``; at most the pool), with the tasks' ids (``task_ids_of``).
         TextWorld's held-out games are the first ``n_tasks`` of the run's held-out sequence
         (generated when not cached); host environments play ``EVAL_BATCH`` tasks at a time."""
         key = jax.random.PRNGKey(seed)
-        ids = self.eval_task_ids(n_tasks=n_tasks, training=training)
+        tasks = self.eval_tasks(n_tasks=n_tasks, training=training)
+        ids = self.task_ids_of(tasks)
         if self.host:  # EVAL_BATCH tasks at a time (bounded memory); the first batch with ``key`` itself
-            n = n_tasks or self.cfg.eval_tasks
-            tasks = self.train_tasks[:n] if training else self.held_out_tasks(n)
             outs = rollouts_in_batches(self.rollout, params, tasks, key, EVAL_BATCH)
             return evaluation(np.concatenate([np.asarray(o.success) for o in outs]),
                               np.concatenate([np.asarray(o.batch.reward) for o in outs]), ids)
-        else:
-            if self._eval is None:
-                self._eval = jax.jit(self.rollout)
-            ro = self._eval(params, self.eval_pool_for(n_tasks=n_tasks, training=training), key)
+        if self._eval is None:
+            self._eval = jax.jit(self.rollout)
+        ro = self._eval(params, jax.tree_util.tree_map(jnp.asarray, tasks), key)
         return evaluation(ro.success, ro.batch.reward, ids)
 
 
