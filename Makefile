@@ -56,9 +56,9 @@ MAIN_JOB_OUT := runs/main_job
 train: $(VENV)/.installed
 	$(VENV)/bin/bepo-jax train $(MAIN_JOB_FLAGS) --out $(MAIN_JOB_OUT)$(if $(wildcard $(MAIN_JOB_OUT)/config.json), --resume,)
 
-# The second job: SmolLM2-135M-Instruct learns TextWorld games with step credit (recipe llm_textworld,
-# docs/llm.md; 30-60 s an iteration here, resumable: run it again after a stop). It records its
-# results in experiments/results/llm_textworld/.
+# The second job: SmolLM2-135M-Instruct learns TextWorld games with step credit (recipe llm_textworld_wide,
+# docs/llm.md; about 50 minutes here, resumable: run it again after a stop). It records its
+# results in experiments/results/llm_textworld_wide/.
 train-llm: $(VENV)/.installed models
 	$(PY) -m experiments.llm_learning --progress
 

@@ -148,6 +148,22 @@ def test_textworld_env_wins_with_the_walkthrough(tmp_path):
     env.close()
 
 
+def test_an_evaluation_plays_eval_episodes_per_task_not_the_group_size():
+    """eval_episodes K' plays K' episodes of each held-out task: the evaluation equals a plain rollout of
+    the same tasks with K' samples per task and the evaluation's key; 0 keeps the group size."""
+    setup = Setup(_tiny("sokoban", eval_episodes=3), cache_dir=None)
+    params = setup.trainer.init_state().params
+    ev = setup.evaluate(params, seed=5)
+    ro = jax.jit(make_rollout(setup.model, setup.env, dataclasses.replace(setup.rollout_cfg, group_size=3)))(
+        params, jax.tree_util.tree_map(jnp.asarray, setup.eval_pool), jax.random.PRNGKey(5))
+    success = np.asarray(ro.success, np.float64)
+    assert success.shape == (2, 3)
+    assert ev["per_task"] == pytest.approx(list(success.mean(1))) and ev["success_rate"] == pytest.approx(success.mean())
+    assert setup.rollout_for(0) is setup.rollout and setup.rollout_for(2) is setup.rollout  # the group size: the run's own
+    with pytest.raises(ValueError, match="eval_episodes"):
+        RunConfig(eval_episodes=-1)
+
+
 @pytest.mark.slow  # long (tens of seconds on 2 cores): make test skips it, CI=1 runs it
 def test_textworld_evaluates_the_held_out_games_it_is_asked_for(tmp_path):
     """eval_tasks and evaluate(n_tasks=) reach TextWorld (its held-out games once stopped at 8

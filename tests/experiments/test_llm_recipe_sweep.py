@@ -10,5 +10,5 @@ def test_the_named_recipe_is_the_chosen_variant():
     chosen = config_of("wide_lr5e-5_top4_nopenalty").to_dict()
     named = recipe("llm_textworld_wide").to_dict()
     differ = {k for k in named if named[k] != chosen[k]}
-    assert differ == {"eval_tasks", "eval_every"}, differ
+    assert differ == {"eval_tasks", "eval_every", "eval_episodes"}, differ
     assert named["invalid_penalty"] == 0.0 and named["train_layers"] == 4 and named["learning_rate"] == 5e-5

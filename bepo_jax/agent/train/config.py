@@ -27,8 +27,9 @@ class RunConfig:
     0.01 starts near-uniform); update: learning_rate, ppo_epochs, num_minibatches,
     entropy_coef; tasks: task_pool (the training tasks, 0 = the environment's default:
     32 Sokoban levels / 32 mazes / 8 TextWorld games), eval_tasks (held-out tasks, and as
-    many training tasks up to the pool, evaluated every eval_every iterations; eval_train False:
-    the held-out tasks only, e.g. where an evaluation is dear); checkpoint_every,
+    many training tasks up to the pool, evaluated every eval_every iterations, eval_episodes
+    episodes each, 0 = group_size; eval_train False: the held-out tasks only, e.g. where an
+    evaluation is dear); checkpoint_every,
     keep_checkpoints; seed. Environment knobs: boxes (Sokoban max boxes),
     rooms/objects/quest_length (TextWorld). init_from: a run directory (``bepo-jax sft``'s warm
     start, or any run of the same policy and environment) whose newest parameters start this run
@@ -70,6 +71,7 @@ class RunConfig:
     eval_tasks: int = 32
     eval_every: int = 20
     eval_train: bool = True
+    eval_episodes: int = 0
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     seed: int = 0
@@ -122,7 +124,7 @@ class RunConfig:
                   "eval_tasks", "eval_every", "checkpoint_every", "keep_checkpoints", "boxes", "rooms", "objects",
                   "quest_length"):
             check_int(n, f, getattr(self, f), lo=1)
-        for f in ("prompt_history", "max_steps", "task_pool", "seed"):
+        for f in ("prompt_history", "max_steps", "task_pool", "seed", "eval_episodes"):
             check_int(n, f, getattr(self, f), lo=0)
         check_range(n, "temperature", self.temperature, lo=0.0, lo_open=True)
         check_range(n, "invalid_penalty", self.invalid_penalty, hi=0.0)

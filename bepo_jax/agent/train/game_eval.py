@@ -14,7 +14,6 @@ success), and one record per game (its file, content digest, success, turns, inv
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Optional, Sequence
@@ -72,7 +71,6 @@ def evaluate_games(setup, params, games: Sequence[str], *, episodes: Optional[in
     game i with ``PRNGKey(seed)`` for i = 0, ``fold_in`` of it with i after). Returns
     success_rate, ci95 (the half-width of the 95% t-interval over games; None for one game: there
     is no interval), tasks, episodes and ``games`` (one record each)."""
-    from ...agent.chat_rollout import ChatRollout
     from ..envs.textworld_env import game_signature
 
     if not getattr(setup, "pretrained", None):
@@ -84,9 +82,7 @@ def evaluate_games(setup, params, games: Sequence[str], *, episodes: Optional[in
     K = episodes or setup.rollout_cfg.group_size
     if K < 1:
         raise ValueError(f"--episodes {K}: play at least 1 episode per game.")
-    cfg = dataclasses.replace(setup.rollout_cfg, group_size=K)
-    ro = setup.rollout if cfg == setup.rollout_cfg else ChatRollout(  # the run's own: its programs are compiled
-        setup.pretrained, setup.trainer.graphdef, setup.trainer.rest, setup.env.chat_env, cfg, max_steps=setup.max_steps)
+    ro = setup.rollout_for(K)
     games = list(games)
     outs = rollouts_in_batches(ro, params, games, jax.random.PRNGKey(seed), batch)
     records = []
@@ -100,5 +96,5 @@ def evaluate_games(setup, params, games: Sequence[str], *, episodes: Optional[in
     per_game = np.asarray([r["success"] for r in records])
     ci = mean_ci(per_game)[1]
     return {"success_rate": float(per_game.mean()), "ci95": None if math.isnan(ci) else float(ci),  # one game: none
-            "tasks": len(records), "episodes": K, "temperature": cfg.temperature, "max_steps": setup.max_steps,
+            "tasks": len(records), "episodes": K, "temperature": setup.rollout_cfg.temperature, "max_steps": setup.max_steps,
             "games": records}

@@ -115,11 +115,17 @@ class LLMSetup(Setup):
         self.trainer = Trainer(self.model, self._train_cfg, trainable=self._trainable)
         self._trainers: dict[int, Trainer] = {}
         self._reference = self.trainer.init_state().params if cfg.kl_coef > 0 else None
-        self.rollout = ChatRollout(self.pretrained, self.trainer.graphdef, self.trainer.rest, self.env.chat_env,
-                                   self.rollout_cfg, max_steps=self.max_steps)
+        self.rollout = self._make_rollout(self.rollout_cfg)
+        self._rollouts = {}
         self.estimator = get_estimator(cfg.estimator)
         self.est_cfg = make_config(cfg.estimator, **cfg.estimator_config)
-        self._iteration = self._update = self._eval = None
+        self._iteration = self._update = None
+        self._eval = {}
+
+    def _make_rollout(self, rollout_cfg):
+        """The chat rollout of the run's model under ``rollout_cfg``."""
+        return ChatRollout(self.pretrained, self.trainer.graphdef, self.trainer.rest, self.env.chat_env, rollout_cfg,
+                           max_steps=self.max_steps)
 
     def trainer_for(self, length: int) -> Trainer:
         """The trainer of sequences of ``length`` = P + max_reply tokens: it scores from P - 1."""

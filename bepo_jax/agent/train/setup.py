@@ -14,6 +14,8 @@ computes the advantages and the update.
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from pathlib import Path
 from typing import Optional
@@ -68,18 +70,24 @@ def held_out_pool(env, cfg: RunConfig, n: int, train_tasks=None, *, pools: str =
     return disjoint_tasks(env, n, seed, exclude)
 
 
-def pool_digests(cfg: RunConfig, *, pools: str = DEFAULT_HELD_OUT) -> dict:
-    """What fixes a JAX-environment run's tasks, as two digests: sha256 over the task signatures of
-    its training pool and of its first ``eval_tasks`` held-out tasks (``held_out_pool``), in order. A
-    recorded result carries them (``experiments/record_main_job.py``), and a test recomputes them from
+def pool_digests(cfg: RunConfig, *, pools: str = DEFAULT_HELD_OUT, cache_dir: Optional[Path] = None) -> dict:
+    """What fixes a run's tasks, as two digests: sha256 over the task signatures (``task_signatures``:
+    a JAX environment's levels, a TextWorld game's content) of its training pool and of its first
+    ``eval_tasks`` held-out tasks (``held_out_pool``; TextWorld: ``TextWorldRun.held_out``, generating the
+    games into ``cache_dir`` when not there), in order. A recorded result carries them
+    (``experiments/record_main_job.py``, ``experiments/llm_learning.py``), and a test recomputes them from
     the current code, so a change to either pool cannot leave the result quietly stale."""
     import hashlib
 
-    env = make_jax_env(cfg.env, cfg)
+    if is_host_env(cfg.env):
+        env = make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET, held_out=pools)
+        train, held = env.train_tasks, env.held_out(cfg.eval_tasks)
+    else:
+        env = make_jax_env(cfg.env, cfg)
+        train = training_pool(env, cfg)
+        held = held_out_pool(env, cfg, cfg.eval_tasks, train, pools=pools)
     if not hasattr(env, "task_signatures"):
         raise ValueError(f"pool_digests: environment {cfg.env!r} has no task_signatures; its pools cannot be digested.")
-    train = training_pool(env, cfg)
-    held = held_out_pool(env, cfg, cfg.eval_tasks, train, pools=pools)
     one = lambda tasks: hashlib.sha256("\n".join(env.task_signatures(tasks)).encode()).hexdigest()
     return {"train": one(train), "held_out": one(held)}
 
@@ -123,15 +131,28 @@ class Setup:
             score_from=P - 1))  # the rollouts' responses start at position P (prompt + response layout)
         self.estimator = get_estimator(cfg.estimator)
         self.est_cfg = make_config(cfg.estimator, **cfg.estimator_config)
+        self.rollout = self._make_rollout(self.rollout_cfg)
+        self._iteration = None  # jitted on first use
+        self._update = None
+        self._eval = {}
+        self._rollouts = {}
+
+    def _make_rollout(self, rollout_cfg):
+        """A rollout of the run's policy and environment under ``rollout_cfg``."""
         if self.host:
             from ..host_rollout import make_host_rollout
 
-            self.rollout = make_host_rollout(self.model, config=self.rollout_cfg, **self.env.rollout_args())
-        else:
-            self.rollout = make_rollout(self.model, self.env, self.rollout_cfg)
-        self._iteration = None  # jitted on first use
-        self._update = None
-        self._eval = None
+            return make_host_rollout(self.model, config=rollout_cfg, **self.env.rollout_args())
+        return make_rollout(self.model, self.env, rollout_cfg)
+
+    def rollout_for(self, episodes: int = 0):
+        """The run's rollout with ``episodes`` episodes per task: the run's own (its programs compiled) for
+        0 or the group size, else one built once per number (an evaluation's ``eval_episodes``)."""
+        if episodes in (0, self.rollout_cfg.group_size):
+            return self.rollout
+        if episodes not in self._rollouts:
+            self._rollouts[episodes] = self._make_rollout(dataclasses.replace(self.rollout_cfg, group_size=episodes))
+        return self._rollouts[episodes]
 
     def init_state(self) -> TrainState:
         """The run's first state: the trainer's fresh state, with the parameters of
@@ -283,21 +304,22 @@ class Setup:
         return task_ids(self.env, tasks if self.host else jax.tree_util.tree_map(np.asarray, tasks))
 
     def evaluate(self, params, *, n_tasks: Optional[int] = None, seed: int = 0, training: bool = False) -> dict:
-        """Success rate of the policy (K samples per task at the run's temperature) on
-        ``n_tasks`` (default ``eval_tasks``) held-out tasks, or on the first ``n_tasks``
+        """Success rate of the policy (``eval_episodes`` samples per task, default the group size K, at
+        the run's temperature) on ``n_tasks`` (default ``eval_tasks``) held-out tasks, or on the first ``n_tasks``
         training tasks (``training``; at most the pool), with the tasks' ids (``task_ids_of``).
         TextWorld's held-out games are the first ``n_tasks`` of the run's held-out sequence
         (generated when not cached); host environments play ``EVAL_BATCH`` tasks at a time."""
         key = jax.random.PRNGKey(seed)
         tasks = self.eval_tasks(n_tasks=n_tasks, training=training)
         ids = self.task_ids_of(tasks)
+        K = self.cfg.eval_episodes
         if self.host:  # EVAL_BATCH tasks at a time (bounded memory); the first batch with ``key`` itself
-            outs = rollouts_in_batches(self.rollout, params, tasks, key, EVAL_BATCH)
+            outs = rollouts_in_batches(self.rollout_for(K), params, tasks, key, EVAL_BATCH)
             return evaluation(np.concatenate([np.asarray(o.success) for o in outs]),
                               np.concatenate([np.asarray(o.batch.reward) for o in outs]), ids)
-        if self._eval is None:
-            self._eval = jax.jit(self.rollout)
-        ro = self._eval(params, jax.tree_util.tree_map(jnp.asarray, tasks), key)
+        if K not in self._eval:
+            self._eval[K] = jax.jit(self.rollout_for(K))
+        ro = self._eval[K](params, jax.tree_util.tree_map(jnp.asarray, tasks), key)
         return evaluation(ro.success, ro.batch.reward, ids)
 
 
