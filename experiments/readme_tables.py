@@ -743,7 +743,7 @@ def llm_confirmatory_lines(res: dict) -> list[str]:
         f = lambda xs: f"{np.mean(xs):.3f}" if xs and not np.isnan(xs).all() else "-"
         lines.append(f"| {a} | {f(s['final'])} | {f(s['initial'])} | {f(s['invalid_rate'])} | {f(s['gated_share'])} | "
                      f"{s['hours']:.1f} |")
-    edge, n_its = res["edge_iterations"], res["overrides"]["iterations"]
+    edge, n_its = res["edge_iterations"], res.get("iterations") or res["overrides"]["iterations"]
     ends = f"iterations 1-{edge} -> {n_its - edge + 1}-{n_its}"
     lines += ["", "| arm (descriptive, not a tested contrast) | held-out change after - before (points), 95% t over "
               f"seeds | training success, {ends} | invalid-command rate, {ends} |", "|---|---|---|---|"]

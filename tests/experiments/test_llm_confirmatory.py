@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
+import dataclasses
+
 import experiments.llm_confirmatory as lc
+import experiments.llm_test as lt
+
+
+def _test(tmp_path):
+    """The first LLM test's protocol with its results written under ``tmp_path``."""
+    return dataclasses.replace(lc.TEST, results_dir=tmp_path / "results")
 
 
 def _write(d, initial, final, iterations):
@@ -20,8 +28,8 @@ def _write(d, initial, final, iterations):
 
 
 def test_the_report_pairs_seeds_and_decides_only_when_complete(tmp_path, monkeypatch):
-    monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
-    assert lc.report(tmp_path / "runs")["seeds_complete"] == []  # before any run finished: a report, no numbers
+    t = _test(tmp_path)
+    assert t.report(tmp_path / "runs")["seeds_complete"] == []  # before any run finished: a report, no numbers
     n = lc.OVERRIDES["iterations"]
     rng = np.random.default_rng(0)
     finals = {a: {s: float(rng.uniform(0.2, 0.6)) for s in lc.SEEDS} for a in lc.ARMS}
@@ -29,12 +37,12 @@ def test_the_report_pairs_seeds_and_decides_only_when_complete(tmp_path, monkeyp
         finals["gated_bepo"][s] = finals["grpo"][s] + 0.2  # a clear gain over GRPO on every seed
     for a in lc.ARMS:
         for s in lc.SEEDS[:-1]:
-            _write(lc.run_dir(a, s, tmp_path / "runs"), 0.3, finals[a][s], n)
-    part = lc.report(tmp_path / "runs")
+            _write(t.run_dir(a, s, tmp_path / "runs"), 0.3, finals[a][s], n)
+    part = t.report(tmp_path / "runs")
     assert not part["family_complete"] and "holm" not in part["contrasts"]["gated_bepo - grpo"]
     for a in lc.ARMS:
-        _write(lc.run_dir(a, lc.SEEDS[-1], tmp_path / "runs"), 0.3, finals[a][lc.SEEDS[-1]], n)
-    res = lc.report(tmp_path / "runs")
+        _write(t.run_dir(a, lc.SEEDS[-1], tmp_path / "runs"), 0.3, finals[a][lc.SEEDS[-1]], n)
+    res = t.report(tmp_path / "runs")
     c = res["contrasts"]["gated_bepo - gigpo"]
     want = [100 * (finals["gated_bepo"][s] - finals["gigpo"][s]) for s in lc.SEEDS]
     np.testing.assert_allclose(c["per_seed"], want)
@@ -70,20 +78,20 @@ def test_wall_hours_count_finished_segments_and_name_the_stopped_ones():
           {"time": "2026-12-04 20:00:00", "event": "start", "arm": "gigpo", "seed": 300},
           {"time": "2026-12-04 20:45:00", "event": "finish", "arm": "gigpo", "seed": 300},  # 0.75 h
           {"time": "2026-12-04 20:45:00", "event": "start", "arm": "gated_bepo", "seed": 300}]  # running
-    assert lc.wall_hours(ev) == {"finished_segments_hours": 1.75, "stopped_segments": 1, "finished_then_lost": 0,
+    assert lt.wall_hours(ev) == {"finished_segments_hours": 1.75, "stopped_segments": 1, "finished_then_lost": 0,
                                  "lost_finished_segments_hours": 0.0}
     # the machine lost grpo s300's record; it runs again from the start (0.5 h) and counts as lost once
     ev += [{"time": "2026-12-05 12:00:00", "event": "note", "text": "new machine"},
            {"time": "2026-12-05 12:00:00", "event": "start", "arm": "grpo", "seed": 300},
            {"time": "2026-12-05 12:30:00", "event": "finish", "arm": "grpo", "seed": 300}]
     # the lost finish is grpo's first (1 h), not its second, nor gigpo's
-    assert lc.wall_hours(ev) == {"finished_segments_hours": 2.25, "stopped_segments": 2, "finished_then_lost": 1,
+    assert lt.wall_hours(ev) == {"finished_segments_hours": 2.25, "stopped_segments": 2, "finished_then_lost": 1,
                                  "lost_finished_segments_hours": 1.0}
 
 
 def test_every_run_is_the_recipe_with_the_protocols_overrides():
-    cfg = lc.config("gigpo", lc.SEEDS[0])
-    base = lc.recipe("llm_textworld")
+    cfg = lc.TEST.config("gigpo", lc.SEEDS[0])
+    base = lt.recipe("llm_textworld")
     assert cfg.estimator == "gigpo" and cfg.seed == lc.SEEDS[0] and cfg.model == base.model
     assert {k: getattr(cfg, k) for k in lc.OVERRIDES} == lc.OVERRIDES
 
@@ -93,6 +101,7 @@ def test_run_starts_one_process_per_pending_run_and_stops_on_a_failure(tmp_path,
     fails, or one that leaves its run unfinished, stops the loop with a message instead of spinning."""
     import subprocess
 
+    t = _test(tmp_path)
     left = [("grpo", 300), ("gigpo", 300)]
     calls = []
 
@@ -101,17 +110,17 @@ def test_run_starts_one_process_per_pending_run_and_stops_on_a_failure(tmp_path,
         left.pop(0)
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(lc, "pending", lambda out: list(left))
+    monkeypatch.setattr(t, "pending", lambda out: list(left))
     monkeypatch.setattr(subprocess, "run", fake)
-    lc.run_each_in_a_process(tmp_path)
-    assert len(calls) == 2 and all(c[-4:] == ["run", "--one", "--out", str(tmp_path)] for c in calls)
+    t.run_each_in_a_process(tmp_path)
+    assert len(calls) == 2 and all(c[-5:] == ["experiments.llm_confirmatory", "run", "--one", "--out", str(tmp_path)] for c in calls)
     left[:] = [("grpo", 301)]
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0))
     with pytest.raises(SystemExit, match="did not finish"):
-        lc.run_each_in_a_process(tmp_path)
+        t.run_each_in_a_process(tmp_path)
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 137))
     with pytest.raises(SystemExit, match="exit 137"):
-        lc.run_each_in_a_process(tmp_path)
+        t.run_each_in_a_process(tmp_path)
 
 
 def test_the_logged_commit_ignores_the_experiments_own_results(tmp_path, monkeypatch):
@@ -139,7 +148,7 @@ def test_the_logged_commit_ignores_the_experiments_own_results(tmp_path, monkeyp
 def _finished_run(d, arm, seed):
     """A finished run directory of the protocol's (arm, seed): its config.json as ``train`` stores it."""
     _write(d, 0.25, 0.5, lc.OVERRIDES["iterations"])
-    (d / "config.json").write_text(json.dumps(lc.config(arm, seed).to_dict()))
+    (d / "config.json").write_text(json.dumps(lc.TEST.config(arm, seed).to_dict()))
     (d / "held_out.json").write_text(json.dumps({"held_out": "disjoint"}))
 
 
@@ -148,32 +157,32 @@ def test_a_finished_runs_record_outlives_its_run_directory(tmp_path, monkeypatch
     is gone (a new machine), the run still counts as finished and the report reads the same numbers."""
     import shutil
 
-    monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
+    t = _test(tmp_path)
     out = tmp_path / "runs"
     with pytest.raises(ValueError, match="no finished run"):
-        lc.keep_record("grpo", 300, out)
-    _finished_run(lc.run_dir("grpo", 300, out), "grpo", 300)
-    assert lc.pending(out)[0] == ("gigpo", 300) and not lc.record_dir("grpo", 300).exists()
-    rec = lc.keep_record("grpo", 300, out)
-    for name in lc.RECORD_FILES:
-        assert (rec / name).read_bytes() == (lc.run_dir("grpo", 300, out) / name).read_bytes()
+        t.keep_record("grpo", 300, out)
+    _finished_run(t.run_dir("grpo", 300, out), "grpo", 300)
+    assert t.pending(out)[0] == ("gigpo", 300) and not t.record_dir("grpo", 300).exists()
+    rec = t.keep_record("grpo", 300, out)
+    for name in lt.RECORD_FILES:
+        assert (rec / name).read_bytes() == (t.run_dir("grpo", 300, out) / name).read_bytes()
     shutil.rmtree(out)
-    assert lc.pending(out)[0] == ("gigpo", 300) and len(lc.pending(out)) == len(lc.SEEDS) * len(lc.ARMS) - 1
-    assert lc._final(lc._source("grpo", 300, out))["final"] == 0.5
+    assert t.pending(out)[0] == ("gigpo", 300) and len(t.pending(out)) == len(lc.SEEDS) * len(lc.ARMS) - 1
+    assert t.final(t.source("grpo", 300, out))["final"] == 0.5
     # a record of another config is not taken for the protocol's run
     cfg = json.loads((rec / "config.json").read_text())
     (rec / "config.json").write_text(json.dumps({**cfg, "iterations": 3}))
     with pytest.raises(ValueError, match="differs"):
-        lc.pending(out)
+        t.pending(out)
 
 
 def test_no_run_starts_after_the_given_time(tmp_path, monkeypatch):
     import subprocess
 
-    monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
-    monkeypatch.setattr(lc, "pending", lambda out: [("grpo", 301)])
+    t = _test(tmp_path)
+    monkeypatch.setattr(t, "pending", lambda out: [("grpo", 301)])
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: pytest.fail("a run started after the deadline"))
-    lc.run_each_in_a_process(tmp_path, no_start_after=lc.local_time("2000-01-01 00:00"))
+    t.run_each_in_a_process(tmp_path, no_start_after=lt.local_time("2000-01-01 00:00"))
     note = json.loads((tmp_path / "results" / "log.jsonl").read_text().splitlines()[-1])
     assert note["event"] == "note" and "grpo s301" in note["text"]
     with pytest.raises(SystemExit):
@@ -189,10 +198,11 @@ def test_the_kept_records_are_not_ignored_by_git():
 
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
-    path = (lc.record_dir("grpo", 300) / "metrics.jsonl").relative_to(ROOT)
+    t = lc.TEST
+    path = (t.record_dir("grpo", 300) / "metrics.jsonl").relative_to(ROOT)
     ignored = subprocess.run(["git", "check-ignore", "--no-index", "-q", str(path)], cwd=ROOT)
     assert ignored.returncode == 1, f"{path} is ignored by git: its record would never be committed"
-    run = (lc.run_dir("grpo", 300) / "metrics.jsonl").relative_to(ROOT)  # the run directories stay ignored
+    run = (t.run_dir("grpo", 300) / "metrics.jsonl").relative_to(ROOT)  # the run directories stay ignored
     assert subprocess.run(["git", "check-ignore", "--no-index", "-q", str(run)], cwd=ROOT).returncode == 0
 
 
@@ -200,37 +210,37 @@ def test_a_start_says_resumed_only_after_a_logged_iteration(tmp_path, monkeypatc
     """``run`` logs ``resume_after`` as the last iteration its run directory logged, and ``None`` where it
     begins at iteration 0 (no directory yet, or a config but no iteration: a stop before the first one);
     the report's event list says "resumed" only for the former, also for a 0 logged by the older harness."""
-    monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
-    monkeypatch.setattr(lc, "git_commit", lambda: "abc1234")
-    monkeypatch.setattr(lc, "train", lambda cfg, d, **kw: None)
-    monkeypatch.setattr(lc, "keep_record", lambda arm, seed, out: None)
+    t = _test(tmp_path)
+    monkeypatch.setattr(lt, "git_commit", lambda: "abc1234")
+    monkeypatch.setattr(lt, "train", lambda cfg, d, **kw: None)
+    monkeypatch.setattr(t, "keep_record", lambda arm, seed, out: None)
     out = tmp_path / "runs"
-    stopped_early = lc.run_dir("gigpo", 300, out)  # config written, stopped before iteration 1
+    stopped_early = t.run_dir("gigpo", 300, out)  # config written, stopped before iteration 1
     stopped_early.mkdir(parents=True)
     (stopped_early / "config.json").write_text("{}")
     (stopped_early / "metrics.jsonl").write_text("")
-    stopped_late = lc.run_dir("gated_bepo", 300, out)  # stopped after iteration 4
+    stopped_late = t.run_dir("gated_bepo", 300, out)  # stopped after iteration 4
     _write(stopped_late, 0.25, 0.5, 4)
     (stopped_late / "config.json").write_text("{}")
-    lc.run(out, seeds=(300,))
+    t.run(out, seeds=(300,))
     starts = [json.loads(line) for line in (tmp_path / "results" / "log.jsonl").read_text().splitlines()]
     starts = {e["arm"]: e for e in starts if e["event"] == "start"}
     assert {a: starts[a]["resume_after"] for a in lc.ARMS} == {"grpo": None, "gigpo": None, "gated_bepo": 4}
-    lines = {a: lc.event_line(starts[a]) for a in lc.ARMS}
+    lines = {a: lt.event_line(starts[a]) for a in lc.ARMS}
     assert lines["gated_bepo"].endswith("start gated_bepo s300 (commit abc1234, resumed after iteration 4)")
     assert lines["gigpo"].endswith("start gigpo s300 (commit abc1234)")
     older = {**starts["gigpo"], "resume_after": 0}
-    assert "resumed" not in lc.event_line(older)
+    assert "resumed" not in lt.event_line(older)
     note = {"time": "t", "event": "note", "text": "why"}
-    assert lc.event_line(note) == "- t: note: why"
+    assert lt.event_line(note) == "- t: note: why"
 
 
 def test_a_kept_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
-    monkeypatch.setattr(lc, "RESULTS_DIR", tmp_path / "results")
+    t = _test(tmp_path)
     out = tmp_path / "runs"
-    _finished_run(lc.run_dir("grpo", 300, out), "grpo", 300)
-    rec = lc.keep_record("grpo", 300, out)
-    before = {n: (rec / n).read_bytes() for n in lc.RECORD_FILES if (rec / n).exists()}
+    _finished_run(t.run_dir("grpo", 300, out), "grpo", 300)
+    rec = t.keep_record("grpo", 300, out)
+    before = {n: (rec / n).read_bytes() for n in lt.RECORD_FILES if (rec / n).exists()}
     calls = []
 
     def dies_on_the_second_file(path, text):  # the copy dies after one file of the set
@@ -240,9 +250,9 @@ def test_a_kept_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text + "changed")
 
-    monkeypatch.setattr(lc, "write_text", dies_on_the_second_file)
+    monkeypatch.setattr(lt, "write_text", dies_on_the_second_file)
     with pytest.raises(OSError, match="killed"):
-        lc.keep_record("grpo", 300, out)
+        t.keep_record("grpo", 300, out)
     assert {n: (rec / n).read_bytes() for n in before} == before  # the old set, whole
     assert sorted(p.name for p in rec.parent.iterdir()) == [rec.name]  # no half-made folder left
 
