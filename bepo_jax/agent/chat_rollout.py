@@ -65,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ..credit._config import check_bool, check_choice, check_int, check_range
+from ..credit.configs import check_bool, check_choice, check_int, check_range
 from ..credit.hashing import action_keys, hash_observations
 from .models.generate import left_pad
 from .rollout import Rollout, decode_responses, finish_rollout

@@ -30,7 +30,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
-from ..credit._config import check_choice, check_int, check_range
+from ..credit.configs import check_choice, check_int, check_range
 from .envs.base import JaxEnv, env_reset, env_step, history_words, observation_keys, parse_response, word_table
 from .envs.text import BOS, EOS, PAD, SEP
 from .models.interface import token_logprobs

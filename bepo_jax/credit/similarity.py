@@ -42,7 +42,7 @@ import numpy as np
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int, UInt32
 
-from ._config import check_int, check_range, pytree_config
+from .configs import check_int, check_range, pytree_config
 from .hashing import _fmix32 as fmix32
 from .graph import dense_ids
 from .hashing import hash_tokens, token_words

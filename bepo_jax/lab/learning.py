@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..credit._config import check_int, check_range
+from ..credit.configs import check_int, check_range
 from .exact import boltzmann_policy, evaluate
 from .model import TabularModel
 from .quality import EstimatorSpec

@@ -45,7 +45,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from ..credit._config import check_int, check_range
+from ..credit.configs import check_int, check_range
 from ..credit.estimators.registry import ESTIMATORS, compute_advantages, make_config, parse_estimator_spec
 from ..credit.types import SUCCESS, StepBatch
 from .exact import Evaluation, check_probs, evaluate

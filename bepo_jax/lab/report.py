@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..credit._config import check_int
+from ..credit.configs import check_int
 from ..agent.envs.diagnostic import DIAGNOSTIC_ENVS, make_diagnostic
 from .exact import boltzmann_policy, uniform_policy
 from .model import TabularModel, enumerate_states

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int
 
-from ...credit._config import check_int, check_range
+from ...credit.configs import check_int, check_range
 from .sokoban_solver import MOVES, demonstrations
 
 WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET = range(7)

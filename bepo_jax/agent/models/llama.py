@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
-from ...credit._config import check_bool, check_choice, check_int, check_range
+from ...credit.configs import check_bool, check_choice, check_int, check_range
 from .transformer import _NEG, key_bias
 
 ROPE_TYPES = ("default", "linear", "llama3")

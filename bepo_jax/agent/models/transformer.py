@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
-from ...credit._config import check_int, check_range
+from ...credit.configs import check_int, check_range
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

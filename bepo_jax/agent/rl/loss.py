@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from ...credit._config import check_choice, check_range
+from ...credit.configs import check_choice, check_range
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
 

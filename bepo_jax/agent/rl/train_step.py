@@ -22,7 +22,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Bool, Float, Int
 
-from ...credit._config import check_choice, check_int, check_range
+from ...credit.configs import check_choice, check_int, check_range
 from ..models.interface import score_logits, token_logprobs
 from .loss import PPOLossConfig, ppo_loss
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...credit._config import check_int, check_range, with_dict_methods
+from ...credit.configs import check_int, check_range, with_dict_methods
 from ..envs.registry import check_env_name
 from ...credit.estimators.registry import ESTIMATORS, estimator_settings
-from ...credit._config import check_choice
+from ...credit.configs import check_choice
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out tasks are drawn with seed + this
 

@@ -41,7 +41,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ...credit._config import check_choice, check_int, check_range, with_dict_methods
+from ...credit.configs import check_choice, check_int, check_range, with_dict_methods
 from ..envs.registry import is_host_env
 from ..models.interface import token_logprobs
 from ..rl.checkpoint import Checkpointer

@@ -18,7 +18,7 @@ import dataclasses
 
 import jax
 
-from .._config import check_choice, check_int, check_range, pytree_config
+from ..configs import check_choice, check_int, check_range, pytree_config
 from ..types import GatedBEPOOutput, StepBatch
 from .common import check_outcome_fields, entry_point, stop_gradient
 from .registry import register_estimator

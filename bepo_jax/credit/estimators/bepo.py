@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._config import check_range, pytree_config
+from ..configs import check_range, pytree_config
 from ..fixed_point import TOL_FLOOR, FixedPoint, bellman_fixed_point_batched
 from ..graph import build_graph, gather_node, graph_diagnostics, history_keys
 from ..returns import discounted_returns, gae

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from .._config import check_choice, check_int, check_range
+from ..configs import check_choice, check_int, check_range
 from ..fixed_point import SOLVERS, TOL_FLOOR
 from ..types import StepBatch, check_batch, sanitize
 

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from .._config import check_choice, check_range, pytree_config
+from ..configs import check_choice, check_range, pytree_config
 from ..returns import discounted_cumsum
 from ..types import SUCCESS, ConfidenceOutput, StepBatch
 from .common import check_graph_fields, entry_point, with_sanitized_input

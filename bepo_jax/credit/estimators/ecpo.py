@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
-from .._config import check_choice, check_int, check_range, pytree_config
+from ..configs import check_choice, check_int, check_range, pytree_config
 from ..graph import GroupGraph, build_graph, count_distinct, dense_ids, graph_diagnostics, history_keys
 from ..returns import discounted_returns
 from ..stats import STD_DDOF, masked_moments, segment_moments

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from .._config import check_choice, check_int, check_range, pytree_config
+from ..configs import check_choice, check_int, check_range, pytree_config
 from ..graph import count_distinct
 from ..stats import STD_DDOF, scale_deviation, segment_moments
 from ..types import ECPOOutput, StepBatch

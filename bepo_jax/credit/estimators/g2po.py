@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Int
 
-from .._config import check_choice, check_int, check_range, pytree_config
+from ..configs import check_choice, check_int, check_range, pytree_config
 from ..graph import build_graph, gather_node, graph_diagnostics, history_keys
 from ..stats import segment_moments
 from ..types import SUCCESS, G2POOutput, GraphDiagnostics, StepBatch

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from .._config import check_choice, check_int, check_range, pytree_config
+from ..configs import check_choice, check_int, check_range, pytree_config
 from ..graph import build_graph, dense_ids, gather_node, graph_diagnostics, history_keys
 from ..returns import discounted_returns
 from ..stats import STD_DDOF, masked_moments, scale_deviation, segment_moments

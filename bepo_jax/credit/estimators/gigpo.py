@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from .._config import check_int, check_range, pytree_config
+from ..configs import check_int, check_range, pytree_config
 from ..graph import build_graph, graph_diagnostics, history_keys, in_shared_state
 from ..returns import discounted_returns
 from ..stats import STD_DDOF, scale_deviation, segment_moments

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from .._config import check_bool, check_int, check_range, pytree_config
+from ..configs import check_bool, check_int, check_range, pytree_config
 from ..graph import GroupGraph, build_graph, graph_diagnostics, history_keys, in_shared_state
 from ..types import SUCCESS, GraphDiagnostics, GraphGPOOutput, StepBatch
 from .common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input

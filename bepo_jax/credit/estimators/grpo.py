@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from .._config import pytree_config
+from ..configs import pytree_config
 from ..stats import STD_DDOF, masked_moments, scale_deviation
 from ..types import GRPOOutput, StepBatch
 from .common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input

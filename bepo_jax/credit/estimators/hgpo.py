@@ -27,7 +27,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._config import check_bool, check_choice, check_int, check_range, pytree_config
+from ..configs import check_bool, check_choice, check_int, check_range, pytree_config
 from ..graph import build_graph, graph_diagnostics, history_keys, state_ids
 from ..returns import discounted_returns
 from ..stats import masked_moments

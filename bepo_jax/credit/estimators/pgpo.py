@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import jax
 
-from .._config import check_choice, check_int, check_range, pytree_config
+from ..configs import check_choice, check_int, check_range, pytree_config
 from ..types import GatedBEPOOutput, StepBatch
 from .bepo import GatedBEPOConfig, bepo_batch
 from .common import check_outcome_fields, entry_point, stop_gradient

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from .._config import check_choice, check_int, check_range, pytree_config
+from ..configs import check_choice, check_int, check_range, pytree_config
 from ..graph import history_keys, state_ids
 from ..returns import discounted_returns
 from ..stats import masked_moments

@@ -75,7 +75,7 @@ def register_estimator(name: str, *, kernel: Callable, config: type, output: typ
     missing = [m for m in ("from_dict", "to_dict", "replace") if not hasattr(config, m)]
     if missing:
         raise TypeError(f"register_estimator({name!r}): config {getattr(config, '__name__', config)!r} lacks "
-                        f"{', '.join(missing)}; build it with bepo_jax.credit._config.pytree_config.")
+                        f"{', '.join(missing)}; build it with bepo_jax.credit.configs.pytree_config.")
     if not dataclasses.is_dataclass(output):
         raise TypeError(f"register_estimator({name!r}): output must be the dataclass the kernel returns.")
 

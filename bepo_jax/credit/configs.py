@@ -1,4 +1,7 @@
-"""Shared machinery for the frozen, keyword-only estimator configs.
+"""The public tools of every frozen, keyword-only config: the validators (``check_range``,
+``check_int``, ``check_choice``, ``check_bool``: a bad value raises ``ValueError`` naming the class, the
+field and the fix) and the decorators (``pytree_config`` for estimator configs, ``with_dict_methods``
+for plain ones). Use them in your own configs (docs/contributing.md).
 
 Every config is a frozen dataclass registered as a JAX pytree: numeric knobs
 (gamma, lam, w, ...) are *data* leaves, so sweeping them under ``jax.jit`` does not
