@@ -102,7 +102,7 @@ print(json.dumps(dict(rows=rows, torch=torch.__version__, transformers=__import_
 
 
 def _setup(history: int, reuse: bool):
-    from bepo_jax.agent.chat_rollout import ChatRollout
+    from bepo_jax.agent.rollouts.chat import ChatRollout
     from bepo_jax.agent.train.llm_setup import LLMSetup
 
     setup = LLMSetup(recipe("llm_textworld").replace(prompt_history=history), cache_dir=GAMES)

@@ -2,9 +2,9 @@
 jitted Sokoban rollout loop against a host-driven loop of the same policy
 (environment steps per second, one run).
 
-* jitted — ``bepo_jax.agent.rollout.make_rollout``: reset, prompts, sampling, parsing, env
+* jitted — ``bepo_jax.agent.rollouts.jitted.make_rollout``: reset, prompts, sampling, parsing, env
   steps and hashing for all B x K episodes in one compiled ``lax.scan`` program.
-* host — ``bepo_jax.agent.host_rollout.make_host_rollout`` over ``JaxEnvOnHost``: the
+* host — ``bepo_jax.agent.rollouts.host.make_host_rollout`` over ``JaxEnvOnHost``: the
   verl-agent pattern — one batched (jitted) policy call per time step, each episode's
   environment stepped from Python (one jitted call per episode and step), prompts
   built and observations hashed on the host.
@@ -36,9 +36,9 @@ from flax import nnx
 
 from bepo_jax.agent.envs import sokoban as sk
 from bepo_jax.agent.envs.text import VOCAB
-from bepo_jax.agent.host_rollout import JaxEnvOnHost, make_host_rollout
+from bepo_jax.agent.rollouts.host import JaxEnvOnHost, make_host_rollout
 from bepo_jax.agent.models import DecoderLM, TransformerConfig
-from bepo_jax.agent.rollout import RolloutConfig, make_rollout, prompt_length
+from bepo_jax.agent.rollouts.jitted import RolloutConfig, make_rollout, prompt_length
 from experiments.common import ROOT, command, machine, parser, write_json, write_lines
 
 

@@ -38,7 +38,7 @@ from flax import nnx
 from bepo_jax.agent.envs.text import VOCAB
 from bepo_jax.agent.models import DecoderLM, TransformerConfig
 from bepo_jax.agent.rl.train_step import TrainConfig, Trainer, UpdateBatch
-from bepo_jax.agent.rollout import prompt_length
+from bepo_jax.agent.rollouts.jitted import prompt_length
 from bepo_jax.agent.train import RunConfig, Setup
 from experiments.common import ROOT, command, machine, median_seconds, parser, write_json
 

@@ -35,7 +35,7 @@ import time
 import jax
 import numpy as np
 
-from bepo_jax.agent import chat_rollout
+from bepo_jax.agent.rollouts import chat as chat_rollout
 from bepo_jax.agent.train.recipes import recipe
 
 from .common import RESULTS, command, machine, parser, write_json, write_lines

@@ -150,6 +150,39 @@ def test_only_the_experiments_tests_import_experiments():
     assert not [m for m, deps in graph.items() if m.startswith("bepo_jax") and any(d.startswith("tests") for d in deps)]
 
 
+# inside the agent stack (bepo_jax/agent/__init__.py): room -> order; a room imports its own and lower ones only
+AGENT_LAYERS = {"bepo_jax.agent.envs": 0, "bepo_jax.agent.models": 0, "bepo_jax.agent.rollouts": 1,
+                "bepo_jax.agent.rl": 1, "bepo_jax.agent.train": 2}
+
+
+def agent_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports between the agent's rooms against ``AGENT_LAYERS`` (same order: side by side, none allowed)."""
+    inside = lambda m: next((r for r in AGENT_LAYERS if m == r or m.startswith(r + ".")), None)
+    bad = []
+    for mod, deps in sorted(graph.items()):
+        r = inside(mod)
+        for d in sorted(deps):
+            rd = inside(d)
+            if r and rd and rd != r and AGENT_LAYERS[rd] >= AGENT_LAYERS[r]:
+                bad.append(f"{mod} ({r}, order {AGENT_LAYERS[r]}) imports {d} ({rd}, order {AGENT_LAYERS[rd]})")
+    return bad
+
+
+def test_the_agent_rooms_keep_their_order():
+    graph = import_graph(("bepo_jax",))
+    rooms = {".".join(m.split(".")[:3]) for m in graph if m.startswith("bepo_jax.agent.") and m.count(".") >= 2}
+    loose = sorted(m for m in graph if m.startswith("bepo_jax.agent.") and m.count(".") == 2
+                   and not any(m == r or m.startswith(r + ".") for r in AGENT_LAYERS))
+    assert not loose, f"modules loose at agent/'s root (put each in a room of AGENT_LAYERS): {loose}"
+    assert rooms <= set(AGENT_LAYERS), sorted(rooms - set(AGENT_LAYERS))
+    bad = agent_violations(graph)
+    assert not bad, "imports against the agent's order:\n" + "\n".join(bad)
+    assert agent_violations({"bepo_jax.agent.envs.a": {"bepo_jax.agent.train.loop"},
+                             "bepo_jax.agent.rl.x": {"bepo_jax.agent.rollouts.chat"}}) == [
+        "bepo_jax.agent.envs.a (bepo_jax.agent.envs, order 0) imports bepo_jax.agent.train.loop (bepo_jax.agent.train, order 2)",
+        "bepo_jax.agent.rl.x (bepo_jax.agent.rl, order 1) imports bepo_jax.agent.rollouts.chat (bepo_jax.agent.rollouts, order 1)"]
+
+
 def test_the_checker_sees_a_circle_and_an_upward_import():
     """The checks fail where they should: a made-up graph with a circle and an upward edge."""
     g = {"bepo_jax.credit.a": {"bepo_jax.credit.b"}, "bepo_jax.credit.b": {"bepo_jax.credit.a"},

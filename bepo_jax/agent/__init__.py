@@ -6,7 +6,7 @@ import a room when you need it.
 
 ``envs/`` (the JaxEnv / HostEnv interface, Sokoban and its solver, the diagnostic worlds,
 Jumanji, TextWorld, the registry) -> ``models/`` (the policy interface and decode contract, a
-small NNX transformer) -> ``rollout`` (jitted rollouts) and ``host_rollout`` (the host loop)
--> ``rl/`` (PPO loss, the training step, orbax checkpoints, multi-host) -> ``train/``
+small NNX transformer) -> ``rollouts/`` (``jitted``: the jitted rollouts; ``host``: the host loop;
+``chat``: a pretrained model's chat) -> ``rl/`` (PPO loss, the training step, orbax checkpoints, multi-host) -> ``train/``
 (run config, recipes, the iteration, the loop, seeds, arms, supervised warm start).
 """

@@ -2,7 +2,7 @@
 
 B groups of K trajectories start at ``model.start``; at each step a ~ pi(. | s), the
 branch m ~ p(. | s, a), and the record is (obs_key[s], r(s, a, m), valid) exactly as
-``bepo_jax.agent.rollout`` writes it (the same observation hash, the same outcome rule:
+``bepo_jax.agent.rollouts.jitted`` writes it (the same observation hash, the same outcome rule:
 ``types.outcome_codes``). The sampler also returns what the rollouts do not know: the
 hidden state index and the step's time, so every record can be matched with its exact
 advantage A^pi[t, s, a].

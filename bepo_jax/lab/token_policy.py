@@ -1,6 +1,6 @@
 """The action-level policy of a token policy under constrained decoding.
 
-The rollouts (``bepo_jax.agent.rollout.sample_responses`` with a word table) sample a response
+The rollouts (``bepo_jax.agent.rollouts.jitted.sample_responses`` with a word table) sample a response
 token by token, each from the model's softmax at ``temperature`` restricted to the tokens
 that continue a word still alive. So the probability of action word w at state s is
 
@@ -29,7 +29,7 @@ def token_policy_probs(lm, env, model: TabularModel, *, temperature: float = 1.0
                        batch_size: int = 512) -> np.ndarray:
     """float64 [num_states, num_actions]: pi(word | state) of ``lm`` (a ``models``
     policy: ``lm(tokens, mask) -> logits``) under constrained decoding (module docstring)."""
-    from ..agent.rollout import check_context, prompt_length
+    from ..agent.rollouts.jitted import check_context, prompt_length
 
     if prompt_history != 0:
         raise ValueError(f"token_policy_probs: prompt_history={prompt_history}; only 0 gives a policy of the state "

@@ -15,7 +15,7 @@ from flax import nnx
 
 import bepo_jax as bj
 
-from bepo_jax.agent.chat_rollout import (ChatRollout, ChatRolloutConfig, format_command, parse_reply,
+from bepo_jax.agent.rollouts.chat import (ChatRollout, ChatRolloutConfig, format_command, parse_reply,
                                          turn_messages)
 from bepo_jax.agent.models import load_pretrained, token_logprobs
 from bepo_jax.agent.models.lora import LoRAConfig, add_lora, trainable

@@ -13,8 +13,8 @@ import bepo_jax as bj
 from bepo_jax.agent.envs import sokoban as sk
 from bepo_jax.agent.envs.base import env_reset, env_step
 from bepo_jax.agent.envs.text import encode
-from bepo_jax.agent.host_rollout import JaxEnvOnHost, make_host_rollout
-from bepo_jax.agent.rollout import RolloutConfig, make_rollout, prompt_length
+from bepo_jax.agent.rollouts.host import JaxEnvOnHost, make_host_rollout
+from bepo_jax.agent.rollouts.jitted import RolloutConfig, make_rollout, prompt_length
 from bepo_jax.agent.train import RunConfig, Setup
 
 from tests.agent.test_rollout import ScriptedLM, _words

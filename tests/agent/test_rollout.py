@@ -12,7 +12,7 @@ from bepo_jax.agent.envs import sokoban as sk
 from bepo_jax.agent.envs.text import EOS, VOCAB, decode, encode
 from bepo_jax.credit.hashing import hash_tokens
 from bepo_jax.agent.envs.base import parse_response, word_table
-from bepo_jax.agent.rollout import RolloutConfig, make_rollout, prompt_length
+from bepo_jax.agent.rollouts.jitted import RolloutConfig, make_rollout, prompt_length
 
 WORDS = word_table(sk.ACTIONS, 5)
 
@@ -168,7 +168,7 @@ def test_prefill_and_decode_steps_give_the_full_forward_logits():
 
 @pytest.mark.parametrize("constrained,per_row,temperature", [(False, False, 1.0), (True, False, 0.7), (True, True, 2.0)])
 def test_cached_sampling_equals_the_full_forward_path(constrained, per_row, temperature):
-    from bepo_jax.agent.rollout import forced_positions, sample_responses
+    from bepo_jax.agent.rollouts.jitted import forced_positions, sample_responses
 
     model = bj.agent.models.DecoderLM(bj.agent.models.TransformerConfig(vocab=VOCAB, layers=2, width=32, heads=4, context=40),
                                 rngs=nnx.Rngs(4))
@@ -204,7 +204,7 @@ def test_rollouts_with_cached_and_full_decoding_are_the_same():
 
 
 def test_decode_option_errors_and_fallback():
-    from bepo_jax.agent.rollout import sample_responses
+    from bepo_jax.agent.rollouts.jitted import sample_responses
 
     with pytest.raises(ValueError, match="RolloutConfig.decode='kv'"):
         RolloutConfig(decode="kv")

@@ -15,7 +15,7 @@ from bepo_jax.agent.envs import sokoban as sk
 from bepo_jax.agent.envs.sokoban_solver import LevelSolver, demonstrations
 from bepo_jax.agent.models import DecoderLM, TransformerConfig
 from bepo_jax.agent.envs.text import VOCAB
-from bepo_jax.agent.rollout import RolloutConfig, make_replay, make_rollout, prompt_length
+from bepo_jax.agent.rollouts.jitted import RolloutConfig, make_replay, make_rollout, prompt_length
 from bepo_jax.agent.train import RunConfig, load_run, train
 from bepo_jax.agent.train.setup import Setup
 from bepo_jax.agent.train.sft import SFTConfig, sft

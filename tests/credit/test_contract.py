@@ -16,8 +16,8 @@ from bepo_jax.credit.builders import Trajectory, batch_from_trajectories
 from bepo_jax.agent.envs import sokoban as sk
 from bepo_jax.credit.fixed_point import TOL_FLOOR, state_bucket
 from bepo_jax.credit.graph import FAST_SORT_MAX_SLOTS, state_ids
-from bepo_jax.agent.host_rollout import make_host_rollout
-from bepo_jax.agent.rollout import RolloutConfig, make_rollout, prompt_length
+from bepo_jax.agent.rollouts.host import make_host_rollout
+from bepo_jax.agent.rollouts.jitted import RolloutConfig, make_rollout, prompt_length
 
 from tests.helpers import assert_close
 from tests.agent.test_rollout import ScriptedLM, _words

@@ -291,7 +291,7 @@ def test_token_policy_probs_match_constrained_sampling():
     from bepo_jax.agent.envs.base import parse_response, word_table
     from bepo_jax.lab.token_policy import token_policy_probs
     from bepo_jax.agent.models import DecoderLM, TransformerConfig
-    from bepo_jax.agent.rollout import forced_positions, sample_responses
+    from bepo_jax.agent.rollouts.jitted import forced_positions, sample_responses
 
     world = GraphWorld("words", action_words=("go", "get", "wait"), views=["one room", "two"],
                        next_state=[[1, 1, 0], [1, 1, 1]], success=[[0, 0, 0], [1, 0, 0]], max_steps=3)

@@ -16,7 +16,7 @@ and the invalid-action rule: an unparsable response (action -1) is a no-op that 
 a time step and earns ``noop_reward``.
 
 *Host environments* (``HostEnv``, e.g. TextWorld) are Python objects stepped one by one;
-``bepo_jax.agent.host_rollout`` batches their policy calls.
+``bepo_jax.agent.rollouts.host`` batches their policy calls.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def make_host_env(name: str, cfg: Any, games_dir=None, *, eval_seed_offset: int,
 def make_jax_env(name: str, cfg: Any) -> JaxEnv:
     """The JAX environment ``name`` built for the run config ``cfg``."""
     if name in HOST_ENVS:
-        raise ValueError(f"{name!r} is a host environment (bepo_jax.agent.host_rollout), not a JAX one.")
+        raise ValueError(f"{name!r} is a host environment (bepo_jax.agent.rollouts.host), not a JAX one.")
     factory = JAX_BUILTINS.get(name) or (_import_factory(name) if ":" in name else _REGISTRY.get(name))
     if factory is None:
         check_env_name(name)  # raises with the valid names

@@ -214,7 +214,7 @@ class SokobanEnv:
 
     name = "sokoban"
     action_words = ACTIONS
-    # the task as a chat model reads it (``agent.chat_rollout``): the goal and the map's symbols
+    # the task as a chat model reads it (``agent.rollouts.chat``): the goal and the map's symbols
     objective = ("Push every box onto a target. The map, row by row: # wall, _ floor, O target, X box, "
                  "√ box on a target, P you, S you on a target. You move up, down, left or right and push a box "
                  "by walking into it.")

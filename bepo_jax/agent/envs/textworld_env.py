@@ -214,7 +214,7 @@ class TextWorldRun:
                     max_commands=self.max_commands, task_len=self.task_len)
 
     def chat_env(self) -> "TextWorldEnv":
-        """One environment for a pretrained model's chat rollouts (``chat_rollout``): the
+        """One environment for a pretrained model's chat rollouts (``rollouts.chat``): the
         observation, objective and commands as the game gives them (up to generous limits)."""
         return TextWorldEnv(obs_chars=CHAT_OBS_CHARS, objective_chars=CHAT_OBJECTIVE_CHARS,
                             max_commands=CHAT_MAX_COMMANDS, command_chars=CHAT_COMMAND_CHARS)

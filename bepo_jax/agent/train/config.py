@@ -37,7 +37,7 @@ class RunConfig:
 
     A pretrained policy (``model``: a name of ``bepo-jax models list`` or a GGUF file / Hugging
     Face directory; "" = the small character policy above): it plays TextWorld, or a JAX
-    environment's rendered text (Sokoban, ...), through its chat template (``chat_rollout``);
+    environment's rendered text (Sokoban, ...), through its chat template (``rollouts.chat``);
     max_reply tokens per turn,
     max_prompt (longer chats drop their oldest turns), action_format ("bare" | "tag"),
     state_with_commands (states hash the admissible commands too); it trains LoRA adapters
@@ -138,7 +138,7 @@ class RunConfig:
             raise ValueError(f"RunConfig.width={self.width} must be a multiple of heads={self.heads}.")
 
     def _check_pretrained(self) -> None:
-        from ..chat_rollout import FORMATS
+        from ..rollouts.chat import FORMATS
         from ..models.lora import LoRAConfig
         from ..models.llama import DTYPES
 

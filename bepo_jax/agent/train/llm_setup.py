@@ -30,15 +30,15 @@ from flax import nnx
 
 from ...credit.estimators.registry import get_estimator, make_config
 from ...credit.similarity import SimilarityConfig, merge_similar
-from ..chat_rollout import ChatRollout, ChatRolloutConfig
+from ..rollouts.chat import ChatRollout, ChatRolloutConfig
 from ..envs.pools import has_signatures
 from ..envs.registry import is_host_env, make_host_env, make_jax_env
-from ..host_rollout import JaxEnvOnHost
+from ..rollouts.host import JaxEnvOnHost
 from ..models.lora import LoRAConfig, add_lora, trainable
 from ..models.pretrained import load_pretrained
 from ..rl.loss import PPOLossConfig
 from ..rl.train_step import TrainConfig, Trainer, TrainState
-from ..rollout import Rollout
+from ..rollouts.jitted import Rollout
 from .config import EVAL_SEED_OFFSET, RunConfig
 from .setup import DEFAULT_HELD_OUT, DEFAULT_POOL, Setup, held_out_pool, training_pool
 

@@ -32,7 +32,7 @@ from ...credit.estimators.registry import get_estimator, make_config
 from ..models import DecoderLM, TransformerConfig
 from ..rl.loss import PPOLossConfig
 from ..rl.train_step import TrainConfig, Trainer, TrainState, UpdateBatch
-from ..rollout import Rollout, RolloutConfig, make_rollout, prompt_length
+from ..rollouts.jitted import Rollout, RolloutConfig, make_rollout, prompt_length
 from ...credit.tokens import to_token_advantages
 from .config import EVAL_SEED_OFFSET, RunConfig
 from .init_from import load_initial_params, trained_configs
@@ -140,7 +140,7 @@ class Setup:
     def _make_rollout(self, rollout_cfg):
         """A rollout of the run's policy and environment under ``rollout_cfg``."""
         if self.host:
-            from ..host_rollout import make_host_rollout
+            from ..rollouts.host import make_host_rollout
 
             return make_host_rollout(self.model, config=rollout_cfg, **self.env.rollout_args())
         return make_rollout(self.model, self.env, rollout_cfg)

@@ -45,7 +45,7 @@ from ...credit.configs import check_choice, check_int, check_range, with_dict_me
 from ..envs.registry import is_host_env
 from ..models.interface import token_logprobs
 from ..rl.checkpoint import Checkpointer
-from ..rollout import make_replay
+from ..rollouts.jitted import make_replay
 from . import rundir
 from .config import RunConfig
 from .setup import Setup

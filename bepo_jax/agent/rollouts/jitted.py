@@ -15,7 +15,7 @@ slot: observation, action word, SEP (PAD and masked where the slot is before t =
 or the action was invalid), then the current observation, SEP. Response: R tokens.
 
 ``make_rollout`` is the pure-JAX path (one jittable function, PureJaxRL style); the
-host loop for Python environments (``bepo_jax.agent.host_rollout``) uses the same prompt
+host loop for Python environments (``bepo_jax.agent.rollouts.host``) uses the same prompt
 builder, sampler and parser.
 """
 
@@ -30,12 +30,12 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
-from ..credit.configs import check_choice, check_int, check_range
-from .envs.base import JaxEnv, env_reset, env_step, history_words, observation_keys, parse_response, word_table
-from .envs.text import BOS, EOS, PAD, SEP
-from .models.interface import token_logprobs
-from ..credit.hashing import action_id_keys
-from ..credit.types import StepBatch, outcome_codes
+from ...credit.configs import check_choice, check_int, check_range
+from ..envs.base import JaxEnv, env_reset, env_step, history_words, observation_keys, parse_response, word_table
+from ..envs.text import BOS, EOS, PAD, SEP
+from ..models.interface import token_logprobs
+from ...credit.hashing import action_id_keys
+from ...credit.types import StepBatch, outcome_codes
 
 
 DECODES = ("auto", "cached", "full")

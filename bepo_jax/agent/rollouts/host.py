@@ -19,10 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from .envs.base import JaxEnv, env_reset, env_step, history_words, parse_response, render_tokens_text, word_table
-from .envs.text import EOS, PAD, encode, normalize
-from ..credit.hashing import action_keys, hash_observations
-from .rollout import (Rollout, RolloutConfig, _check_response_fits, build_prompt, check_context, finish_rollout,
+from ..envs.base import JaxEnv, env_reset, env_step, history_words, parse_response, render_tokens_text, word_table
+from ..envs.text import EOS, PAD, encode, normalize
+from ...credit.hashing import action_keys, hash_observations
+from .jitted import (Rollout, RolloutConfig, _check_response_fits, build_prompt, check_context, finish_rollout,
                       prompt_length, sample_responses)
 
 

@@ -65,10 +65,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ..credit.configs import check_bool, check_choice, check_int, check_range
-from ..credit.hashing import action_keys, hash_observations
-from .models.generate import left_pad
-from .rollout import Rollout, decode_responses, finish_rollout
+from ...credit.configs import check_bool, check_choice, check_int, check_range
+from ...credit.hashing import action_keys, hash_observations
+from ..models.generate import left_pad
+from .jitted import Rollout, decode_responses, finish_rollout
 
 FORMATS = ("bare", "tag")
 # The worked turn (``example``): a made-up room whose objects no generated game shares, so copying
