@@ -46,4 +46,4 @@ collect_ignore = ["tests/agent/multihost_worker.py", "tests/fixtures"]  # the fi
 try:
     import tunix  # noqa: F401
 except ImportError:
-    collect_ignore.append("bepo_jax/integrations/tunix.py")
+    collect_ignore.append("bepo_jax/integrations/tunix")

