@@ -88,7 +88,7 @@ models: $(VENV)/.installed
 
 test: $(VENV)/.installed models
 	$(NB_ENV) $(PY) -m pytest -n 2 --dist loadgroup -q $(if $(TEST_MARKS),-m "$(TEST_MARKS)") \
-		$(if $(NOTEBOOKS),--nbmake $(NOTEBOOKS)) --doctest-modules tests bepo_jax
+		$(if $(NOTEBOOKS),--nbmake $(NOTEBOOKS)) tests bepo_jax
 
 # The four notebooks top to bottom at the tests' sizes, and their .py/.ipynb pairs (Python 3.11).
 test-notebooks: $(VENV)/.installed
@@ -117,7 +117,7 @@ $(VENV_VERL)/.installed: requirements.lock pyproject.toml
 # tests, CI runs the current_jax ones here).
 test-py312: $(VENV312)/.installed
 	$(NB_ENV) $(VENV312)/bin/python -m pytest -n 2 --dist loadgroup -q $(if $(TEST312_MARKS),-m "$(TEST312_MARKS)") \
-		--nbmake notebooks/*.ipynb --doctest-modules $(sort $(PY312_TESTS)) bepo_jax
+		--nbmake notebooks/*.ipynb $(sort $(PY312_TESTS)) bepo_jax
 
 test-verl: $(VENV_VERL)/.installed
 	$(VENV_VERL)/bin/python -m pytest -n 2 -q tests/integrations/test_verl.py tests/experiments/test_official.py

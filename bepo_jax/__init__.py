@@ -20,18 +20,13 @@ Data model (``bepo_jax.credit.types``)
     accepted); ``split_key64`` — a 64-bit host key as the two uint32 words of ``obs_key``.
 
 Estimators (``bepo_jax.credit.estimators``; one registry, ``ESTIMATORS``)
-    Host entries ``grpo``, ``gigpo``, ``graphgpo``, ``hgpo``, ``g2po``, ``g2po_abstract``, ``proxmo``,
-    ``ecpo``, ``ecpo_abstract``, ``gated_bepo``, ``bepo_nogate``, ``bepo_mc``, ``bepo_additive``, ``gagpo``, ``pgpo``,
-    ``confidence_returns`` and their jittable ``*_kernel``; configs ``GRPOConfig``, ``GiGPOConfig``,
-    ``GraphGPOConfig``, ``HGPOConfig``, ``G2POConfig``, ``G2POAbstractConfig``, ``ProxMOConfig``, ``ECPOConfig``, ``ECPOAbstractConfig``, ``GatedBEPOConfig``,
-    ``GAGPOConfig``, ``PGPOConfig``, ``ConfidenceConfig``; outputs ``GRPOOutput``, ``GiGPOOutput``,
-    ``GraphGPOOutput``, ``HGPOOutput``, ``G2POOutput``, ``G2POAbstractOutput``, ``ProxMOOutput``, ``ECPOOutput``, ``GatedBEPOOutput``,
-    ``ConfidenceOutput`` and their ``GraphDiagnostics``. ``compute_advantages`` runs one by
-    name (``tfidf_features``: ProxMO's TF-IDF of observation texts); ``register_estimator`` adds one (an ``Estimator`` entry); ``get_estimator``, ``make_config`` and
-    ``estimator_settings`` read and validate settings; ``parse_estimator_spec`` reads
-    ``LABEL=NAME:field=value``; ``max_states_for`` sizes the fixed point's state bucket.
-    ``confidence_features`` / ``confidence_loss`` train a ``ConfidenceHead`` (Flax; loaded
-    on first use).
+    {registered}
+    ``GraphDiagnostics`` is the graph estimators' shared diagnostics. ``compute_advantages`` runs one by
+    name (``tfidf_features``: ProxMO's TF-IDF of observation texts); ``register_estimator`` adds one (an
+    ``Estimator`` entry); ``get_estimator``, ``make_config`` and ``estimator_settings`` read and validate
+    settings; ``parse_estimator_spec`` reads ``LABEL=NAME:field=value``; ``max_states_for`` sizes the
+    fixed point's state bucket. ``confidence_features`` / ``confidence_loss`` train a ``ConfidenceHead``
+    (Flax; loaded on first use).
 
 Around the kernels
     ``hash_observation``, ``hash_observations`` (host digests of text), ``hash_tokens``
@@ -44,26 +39,16 @@ Around the kernels
 
 from ._version import __version__
 from .credit.builders import Trajectory, batch_from_trajectories
-from .credit.estimators import (ESTIMATORS, ConfidenceConfig, Estimator, G2POAbstractConfig, G2POConfig, GAGPOConfig, GatedBEPOConfig,
-                                GiGPOConfig, GraphGPOConfig, GRPOConfig, HGPOConfig, bepo_additive,
-                                bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate, bepo_nogate_kernel,
-                                compute_advantages, confidence_features, ecpo, ecpo_kernel, ECPOConfig, ecpo_abstract,
-                                ecpo_abstract_kernel, ECPOAbstractConfig, confidence_loss, confidence_returns,
-                                confidence_returns_kernel, estimator_settings, g2po, g2po_abstract,
-                                g2po_abstract_kernel, g2po_kernel, gagpo, gagpo_kernel,
-                                gated_bepo, gated_bepo_kernel, get_estimator, gigpo, gigpo_kernel, graphgpo,
-                                graphgpo_kernel, grpo, grpo_kernel, hgpo, hgpo_kernel, make_config, max_states_for,
-                                parse_estimator_spec, pgpo, pgpo_kernel, PGPOConfig, proxmo, proxmo_kernel, ProxMOConfig,
-                                register_estimator,
-                                tfidf_features)
+from .credit import estimators as _estimators
+from .credit.estimators import (ESTIMATORS, Estimator, compute_advantages, confidence_features, confidence_loss,
+                                estimator_settings, get_estimator, make_config, max_states_for, parse_estimator_spec,
+                                register_estimator, tfidf_features)
 from .credit.hashing import action_keys, canonical_action, hash_observation, hash_observations, hash_tokens
 from .credit.similarity import SimilarityConfig, merge_similar
 from .credit.tokens import to_token_advantages
 from .credit.types import (DROPPED, FAILURE, INVALID_FLAGS, INVALID_MASK, INVALID_OUTCOME, INVALID_PENALTY,
                            INVALID_SCALE, INVALID_VALUE, SCALE_LIMIT, SINGLE_TRAJECTORY, SUCCESS, TRUNCATED,
-                           ConfidenceOutput, ECPOOutput, G2POAbstractOutput, G2POOutput, GatedBEPOOutput, ProxMOOutput, GiGPOOutput, GraphDiagnostics,
-                           GraphGPOOutput, GRPOOutput, HGPOOutput, StepBatch, check_batch, group_flags, sanitize,
-                           split_key64)
+                           GraphDiagnostics, StepBatch, check_batch, group_flags, sanitize, split_key64)
 from .integrations.rows import RowIndex, from_rows, to_rows
 
 __all__ = [
@@ -72,26 +57,36 @@ __all__ = [
     "StepBatch", "SUCCESS", "FAILURE", "TRUNCATED", "check_batch", "sanitize", "group_flags", "split_key64",
     "INVALID_FLAGS", "INVALID_OUTCOME", "INVALID_MASK", "INVALID_VALUE", "INVALID_PENALTY", "INVALID_SCALE",
     "SCALE_LIMIT", "SINGLE_TRAJECTORY", "DROPPED",
-    # estimators: entries, kernels, configs, outputs, the registry
-    "grpo", "grpo_kernel", "GRPOConfig", "GRPOOutput",
-    "gigpo", "gigpo_kernel", "GiGPOConfig", "GiGPOOutput",
-    "graphgpo", "graphgpo_kernel", "GraphGPOConfig", "GraphGPOOutput",
-    "hgpo", "hgpo_kernel", "HGPOConfig", "HGPOOutput",
-    "g2po", "g2po_kernel", "G2POConfig", "G2POOutput",
-    "g2po_abstract", "g2po_abstract_kernel", "G2POAbstractConfig", "G2POAbstractOutput",
-    "proxmo", "proxmo_kernel", "ProxMOConfig", "ProxMOOutput", "tfidf_features",
-    "ecpo", "ecpo_kernel", "ECPOConfig", "ECPOOutput", "ecpo_abstract", "ecpo_abstract_kernel", "ECPOAbstractConfig",
-    "gated_bepo", "gated_bepo_kernel", "GatedBEPOConfig", "GatedBEPOOutput", "GraphDiagnostics",
-    "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
-    "gagpo", "gagpo_kernel", "GAGPOConfig", "pgpo", "pgpo_kernel", "PGPOConfig",
-    "confidence_returns", "confidence_returns_kernel", "ConfidenceConfig", "ConfidenceOutput", "ConfidenceHead",
-    "confidence_features", "confidence_loss",
+    # estimators: every registered one's entry, kernel, config and output (below), and the registry
+    "GraphDiagnostics", "tfidf_features", "ConfidenceHead", "confidence_features", "confidence_loss",
     "ESTIMATORS", "Estimator", "register_estimator", "compute_advantages", "get_estimator", "make_config",
     "estimator_settings", "parse_estimator_spec", "max_states_for",
     # around the kernels
     "hash_observation", "hash_observations", "hash_tokens", "action_keys", "canonical_action", "Trajectory", "batch_from_trajectories",
     "RowIndex", "from_rows", "to_rows", "SimilarityConfig", "merge_similar", "to_token_advantages",
 ]
+
+# Every registered estimator's host entry, kernel, config and output type is public because it is registered
+# (``public_names``); the package docstring names them from the same registry.
+_REGISTERED = _estimators.public_names()
+globals().update(_REGISTERED)
+__all__ += [n for n in _REGISTERED if n not in __all__]
+
+
+def _registered_paragraph() -> str:
+    kinds = {"entries": [], "configs": [], "outputs": []}
+    for e in ESTIMATORS.values():
+        for kind, obj in (("entries", e.fn), ("configs", e.config_type), ("outputs", e.output_type)):
+            if f"``{obj.__name__}``" not in kinds[kind]:
+                kinds[kind].append(f"``{obj.__name__}``")
+    import textwrap
+
+    text = (f"Host entries {', '.join(kinds['entries'])} and their jittable ``*_kernel``; configs "
+            f"{', '.join(kinds['configs'])}; outputs {', '.join(kinds['outputs'])} (read from the registry).")
+    return textwrap.fill(text, 100, subsequent_indent="    ")
+
+
+__doc__ = __doc__.replace("{registered}", _registered_paragraph())
 
 
 def __getattr__(name):  # ConfidenceHead needs Flax: loaded on first use, so `import bepo_jax` loads none

@@ -337,6 +337,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="bepo-jax", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first (repeatable; anywhere on the line): an estimator or environment it "
+                             "registers is then a choice of every command. Installed packages can also name theirs "
+                             f"under the entry-point group {PLUGIN_GROUP!r}.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a policy with an estimator's credit (the main job)")
@@ -484,7 +488,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PLUGIN_GROUP = "bepo_jax.plugins"  # entry points: a module each, imported before the command line is read
+
+
+def load_plugins(argv: Sequence[str]) -> list[str]:
+    """Import the modules named by ``--plugin MODULE`` (or ``--plugin=MODULE``) anywhere in ``argv``, and those
+    of the installed entry-point group ``PLUGIN_GROUP``, before the parser is built: an estimator (or
+    environment) a plugin registers is then among the choices. A module that does not import raises,
+    naming it and the fix. Returns the modules imported."""
+    import importlib
+    from importlib import metadata
+
+    names = [ep.value.split(":")[0] for ep in metadata.entry_points(group=PLUGIN_GROUP)]
+    args = list(argv)
+    for i, a in enumerate(args):
+        if a == "--plugin":
+            if i + 1 >= len(args) or args[i + 1].startswith("-"):
+                raise ValueError("--plugin needs a module name, e.g. --plugin my_package.my_estimator.")
+            names.append(args[i + 1])
+        elif a.startswith("--plugin="):
+            names.append(a.split("=", 1)[1])
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ValueError(f"--plugin {name}: the module does not import ({err}); give an importable module "
+                             "(on PYTHONPATH or installed) that registers your estimator.") from err
+    return names
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        load_plugins(argv)
+    except ValueError as err:
+        print(f"bepo-jax: error: {err}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -1,6 +1,6 @@
 """Benchmark: the jitted advantage kernels against plain-Python loop implementations.
 
-For each estimator, on grid-room random walks (experiments/gridroom.py) from the
+For each estimator, on grid-room random walks (bepo_jax.credit.builders.grid_room_batch) from the
 paper's shape (16 groups x 8 trajectories x 50 steps) up to over a million records:
 records/s, time per record, compile time, XLA's peak-memory estimate, fixed-point
 iterations, and — at the small sizes — the plain-Python reference's time and the
@@ -26,7 +26,7 @@ import bepo_jax as bj
 from bepo_jax.credit import reference as ref  # the plain-loop implementations the tests check against
 from experiments.common import ROOT, command, machine, parser, write_json, write_lines
 from experiments.dict_baselines import dict_gated_bepo, dict_gigpo
-from experiments.gridroom import grid_room_batch
+from bepo_jax.credit.builders import grid_room_batch
 
 K, T = 8, 50
 BUCKET = 32  # a 5x5 room has 25 cells: every group fits a 32-state bucket

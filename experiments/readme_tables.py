@@ -47,30 +47,34 @@ def main_job() -> str:
     return "\n".join(lines)
 
 
+LLM_JOB = "llm_textworld_wide"  # the recipe make train-llm runs (experiments/llm_learning.py)
+
+
 def llm_job() -> str:
-    """The second job: the LLM recipe's run (``python -m experiments.llm_learning``)."""
-    s = _load("llm_textworld/summary.json")
+    """The second job: the LLM recipe's run (``make train-llm`` = ``python -m experiments.llm_learning``)."""
+    s = _load(f"{LLM_JOB}/summary.json")
     h, t, sp = s["held_out"], s["training_games"], s["time_split_s"]
+    p = s["provenance"]
     lines = ["| games | before | after | paired change, 95% t-interval over games |", "|---|---:|---:|---:|",
-             f"| {h['games']} held-out games ({h['episodes_per_game']} episodes each) | {h['initial']:.3f} | "
-             f"{h['final']:.3f} | {h['paired_change']:+.3f} +- {h['paired_change_ci95']:.3f} |",
+             f"| {h['games']} held-out games new in structure ({h['episodes_per_game']} episodes each) | "
+             f"{h['initial']:.3f} | {h['final']:.3f} | {h['paired_change']:+.3f} +- {h['paired_change_ci95']:.3f} |",
              f"| {t['games']} training games ({h['episodes_per_game']} episodes each) | {t['initial']:.3f} | "
              f"{t['final']:.3f} | {t['paired_change']:+.3f} +- {t['paired_change_ci95']:.3f} |", "",
-             f"{s['iterations']} iterations, {sp['per_iteration']:.0f} s per iteration on average (the first 10 "
-             "ran before the update reused the frozen blocks' output and the rollout prefilled each distinct "
-             "prompt once: docs/llm.md): "
+             f"{s['iterations']} iterations, {sp['per_iteration']:.0f} s per iteration on average: "
              f"{sp['decode'] / sp['iterations_total']:.0%} decoding replies, {sp['env'] / sp['iterations_total']:.0%} "
-             f"stepping games, {sp['update_and_rest'] / sp['iterations_total']:.0%} the update and the rest "
-             "(`experiments/results/llm_textworld/summary.json`)."]
+             f"stepping games, {sp['update_and_rest'] / sp['iterations_total']:.0%} the update and the rest; "
+             f"{s['wall_s'] / 60:.0f} minutes from start to finish, evaluations included (recorded at "
+             f"{p['commit']}; pools {p['pools']['train'][:12]} / {p['pools']['held_out'][:12]}: "
+             f"`experiments/results/{LLM_JOB}/summary.json`)."]
     return "\n".join(lines)
 
 
-def llm_run() -> str:
-    """The LLM recipe's run in detail (docs/llm.md): every evaluation, the first and last ten iterations,
+def llm_run(name: str = LLM_JOB) -> str:
+    """An LLM recipe's run in detail (docs/llm.md): every evaluation, the first and last ten iterations,
     where the time went, the compiled sampling programs, every start of the run."""
-    s = _load("llm_textworld/summary.json")
+    s = _load(f"{name}/summary.json")
     h, curve = s["held_out"], [r for r in s["curve"] if r["iteration"] > 0]
-    lines = ["| iteration | held-out success (12 games x 4 episodes) |", "|---:|---:|"]
+    lines = [f"| iteration | held-out success ({h['games']} games x {h['episodes_per_game']} episodes) |", "|---:|---:|"]
     lines += [f"| {i} | {v:.3f} |" for i, v in zip(h["evaluated_at"], h["success_at"])]
     mean = lambda rows, k: sum(r[k] for r in rows if k in r) / max(1, sum(k in r for r in rows))
     first, last = curve[:10], curve[-10:]
@@ -84,7 +88,7 @@ def llm_run() -> str:
     compiles = [r["rollout/compiles"] for r in curve if "rollout/compiles" in r]
     lines += ["", f"Sampling programs compiled by the last process: {compiles[-1]:.0f} (one per prompt bucket and "
               "power of two of distinct prompts met). Starts of the run: " + "; ".join(s["starts"]) + ".",
-              "", "![the run's curve](../experiments/results/llm_textworld/curve.png)"]
+              "", f"![the run's curve](../experiments/results/{name}/curve.png)"]
     return "\n".join(lines)
 
 
@@ -793,7 +797,7 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "e2_rescore": lambda: _rescore("e2_rescore"), "e2_claims_rescore": lambda: _rescore("e2_claims_rescore"),
           "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore"), "headline": headline,
           "warm_start": warm_start, "confirmatory": confirmatory_primary, "llm_job": llm_job,
-          "llm_run": llm_run, "llm_profile": llm_profile, "chat_cache": lambda: results_md("bench_chat_cache"),
+          "llm_run": llm_run, "llm_run_first": lambda: llm_run("llm_textworld"), "llm_profile": llm_profile, "chat_cache": lambda: results_md("bench_chat_cache"),
           "rivals_recipe": rivals_recipe,
           "rivals_credit_mass": lambda: credit_mass("rivals_recipe"), "llm_confirmatory": llm_confirmatory}
 

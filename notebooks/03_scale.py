@@ -52,21 +52,10 @@ print("JAX", jax.__version__, "devices:", len(devices), devices[0].platform)
 # T = 50 steps. The group axis is the data-parallel axis.
 
 # %%
-sys.path.insert(0, os.path.abspath(".."))  # experiments/ from a checkout
-try:
-    from experiments.gridroom import grid_room_batch
-except ImportError:  # Colab without the checkout: a random-walk group generator inline
-    grid_room_batch = None
+from bepo_jax.credit.builders import grid_room_batch
 
 G = int(os.environ.get("BEPO_NB_GROUPS", 64))
-if grid_room_batch is not None:
-    batch = grid_room_batch(G, 8, 50, seed=0)
-else:
-    rng = np.random.default_rng(0)
-    obs = rng.integers(0, 20, (G, 8, 50))
-    batch = bj.StepBatch(obs_key=bj.hash_observations(obs.astype(np.int64)[..., None], batch_ndim=3),
-                         reward=np.where(rng.random((G, 8, 50)) < 0.02, 10.0, 0.0).astype(np.float32),
-                         mask=np.ones((G, 8, 50), bool), outcome=np.ones((G, 8), np.int32))
+batch = grid_room_batch(G, 8, 50, seed=0)
 mesh = sharding.make_mesh((8,), ("data",), devices=devices[:8])
 sharded_batch = sharding.shard_batch(batch, mesh)
 cfg = bj.GatedBEPOConfig(max_states=64)

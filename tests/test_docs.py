@@ -113,3 +113,17 @@ def test_the_estimator_table_is_the_registry(page):
     assert found, f"{page} lost its registry table markers"
     assert found.group(1).strip().splitlines() == estimator_table(), \
         f"{page}'s estimator table differs from the registry; paste `bepo-jax estimators --markdown`"
+
+
+def test_plain_pytest_runs_the_docstring_examples_of_every_room():
+    """``pytest`` with no arguments collects the package's docstring examples (pyproject.toml), and each room of
+    the package has some: its examples run as tests wherever the suite runs."""
+    import doctest
+    import tomllib
+
+    opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--doctest-modules" in opts["addopts"].split() and "bepo_jax" in opts["testpaths"]
+    parser = doctest.DocTestParser()
+    for room in ("credit", "agent", "lab", "integrations"):
+        examples = sum(len(parser.get_examples(p.read_text())) for p in (ROOT / "bepo_jax" / room).rglob("*.py"))
+        assert examples > 0, f"bepo_jax/{room} has no docstring example"

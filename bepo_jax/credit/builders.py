@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from .hashing import action_keys, hash_observation
-from .types import FAILURE, NUM_OUTCOMES, StepBatch
+from .types import FAILURE, NUM_OUTCOMES, SUCCESS, TRUNCATED, StepBatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,3 +89,43 @@ def batch_from_trajectories(groups: Sequence[Sequence[Trajectory]], *, num_steps
             outcome[b, k] = traj.outcome
     return StepBatch(obs_key=obs_key, reward=reward, mask=mask, outcome=outcome, penalty=penalty,
                      action_key=action_key)
+
+
+GRID_MOVES = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]])
+
+
+def grid_room_batch(groups: int, k: int = 8, t: int = 50, *, size: int = 5, seed: int = 0,
+                    success_reward: float = 10.0) -> StepBatch:
+    """A realistic batch for benchmarks and demos: per group, ``k`` random walks of at most ``t`` steps
+    from the corner cell of a ``size`` x ``size`` room, success (``success_reward``) on reaching the
+    opposite corner, a bump into a wall a self-loop (the observation does not change), truncation at
+    ``t`` steps. The observation key is the cell; vectorised NumPy, deterministic in ``seed``.
+
+    >>> b = grid_room_batch(2, 4, 10, seed=0)
+    >>> b.mask.shape, b.obs_key.shape
+    ((2, 4, 10), (2, 4, 10, 2))
+    """
+    rng = np.random.default_rng(seed)
+    n = groups * k
+    pos = np.zeros((n, 2), np.int64)  # every walk starts in the corner (0, 0)
+    goal = np.array([size - 1, size - 1])
+    cell = np.zeros((n, t), np.int64)
+    reward = np.zeros((n, t), np.float32)
+    mask = np.zeros((n, t), bool)
+    alive = np.ones(n, bool)
+    outcome = np.full(n, TRUNCATED, np.int32)
+    for step in range(t):
+        cell[:, step] = pos[:, 0] * size + pos[:, 1]
+        mask[:, step] = alive
+        nxt = pos + GRID_MOVES[rng.integers(0, 4, n)]
+        inside = ((nxt >= 0) & (nxt < size)).all(axis=1)
+        pos = np.where(inside[:, None] & alive[:, None], nxt, pos)  # a bump into a wall stays put
+        won = alive & (pos == goal).all(axis=1)
+        reward[won, step] = success_reward
+        outcome[won] = SUCCESS
+        alive &= ~won
+    # 64-bit keys of the cell (a room id in the high word would merge nothing across groups anyway).
+    keys = np.stack([(cell * 2654435761 + 12345) % (1 << 32), cell], axis=-1).astype(np.uint32)
+    shape = (groups, k, t)
+    return StepBatch(obs_key=keys.reshape(shape + (2,)), reward=reward.reshape(shape), mask=mask.reshape(shape),
+                     outcome=outcome.reshape(groups, k), penalty=None)

@@ -30,13 +30,15 @@ RecordMask = Bool[Array, "B K T"]
 Outcomes = Int[Array, "B K"]
 
 
-def _pytree(cls):
+def pytree_dataclass(cls):
+    """A frozen dataclass registered as a JAX pytree, every field a data leaf (``StepBatch`` and every
+    estimator's output: an output type lives in its estimator's module)."""
     cls = dataclasses.dataclass(frozen=True)(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     return jax.tree_util.register_dataclass(cls, data_fields=names, meta_fields=[])
 
 
-@_pytree
+@pytree_dataclass
 class StepBatch:
     """B groups x K trajectories x T padded steps (docs/data-model.md).
 
@@ -310,7 +312,7 @@ def split_key64(keys: Any) -> np.ndarray:
 # Outputs. All are frozen pytrees; every per-record field is 0 at padding.
 
 
-@_pytree
+@pytree_dataclass
 class GraphDiagnostics:
     """What a user checks when graph credit looks wrong, per group [B].
 
@@ -334,153 +336,6 @@ class GraphDiagnostics:
     converged: Bool[Array, "B"]
     overflow: Bool[Array, "B"]
     invalid: Int[Array, "B"]
-
-
-@_pytree
-class GRPOOutput:
-    """``advantage``: float32 [B, K, T], the group-relative outcome advantage;
-    ``invalid``: int32 [B] bit flags of invalid input (``group_flags``; 0 = valid)."""
-
-    advantage: PerRecord
-    invalid: Int[Array, "B"]
-
-
-@_pytree
-class GiGPOOutput:
-    """``advantage`` = ``a_episode`` + omega * ``a_step`` (all float32 [B, K, T])."""
-
-    advantage: PerRecord
-    a_episode: PerRecord
-    a_step: PerRecord
-    diagnostics: GraphDiagnostics
-
-
-@_pytree
-class HGPOOutput:
-    """HGPO output (docs/estimators.md, HGPO): ``advantage`` float32 [B, K, T], the
-    weighted mean of the record's nonzero group advantages; ``a_levels`` float32
-    [B, K, T, history_length + 1] (level j = the groups of the last j + 1 observations;
-    0 where the record's group is a singleton or its history is too short); ``a_base``
-    [B, K, T] the outcome advantage (used only with ``base_group``)."""
-
-    advantage: PerRecord
-    a_levels: Float[Array, "B K T L"]
-    a_base: PerRecord
-    diagnostics: GraphDiagnostics
-
-
-@_pytree
-class GatedBEPOOutput:
-    """Gated-BEPO output (docs/estimators.md, Gated-BEPO).
-
-    advantage: A_i = eta_i A_out_i + w rho(s_i) A_FP_i / scale  [B, K, T]
-    value:     V(s_i), the fixed-point value of the record's source state  [B, K, T]
-    gate:      rho(s_i) (bool)  [B, K, T]
-    a_fp:      the GAE of the TD residuals, before the mean_std scale  [B, K, T]
-    a_out:     the outcome advantage (docs/estimators.md, outcome advantage)  [B, K, T]
-    td:        delta_i = r_i + gamma V(s'_i) - V(s_i)  [B, K, T]
-    fp_scale:  the divisor applied to a_fp (std of gated a_fp + eps; 1 for norm="mean")  [B]
-    iterations: Jacobi sweeps used per group  [B]
-    converged:  whether the group met the tolerance within max_iters  [B]
-    num_states: distinct source states per group  [B]
-    """
-
-    advantage: PerRecord
-    value: PerRecord
-    gate: RecordMask
-    a_fp: PerRecord
-    a_out: PerRecord
-    td: PerRecord
-    fp_scale: Float[Array, "B"]
-    iterations: Int[Array, "B"]
-    converged: Bool[Array, "B"]
-    num_states: Int[Array, "B"]
-    diagnostics: GraphDiagnostics
-
-
-@_pytree
-class GraphGPOOutput:
-    """GraphGPO output: ``advantage`` = beta_G ``a_graph`` + beta_E ``a_episode``;
-    ``distance`` = d(s'_i), the shortest-path length from the record's successor to SUCCESS."""
-
-    advantage: PerRecord
-    a_graph: PerRecord
-    a_episode: PerRecord
-    distance: PerRecord
-    diagnostics: GraphDiagnostics
-
-
-@_pytree
-class G2POOutput:
-    """G2PO's output as its authors' code computes it (docs/estimators.md, G2PO): ``advantage`` =
-    ``a_episode`` + w (``c1`` + ``c2``); ``a_step`` = ``c1`` + ``c2``; ``value`` = V(s_i), the state's
-    mean of gamma^(L - t) R over its rows; ``value_next`` = V of the row's next state (the
-    success value or 0 after the last step); all float32 [B, K, T]."""
-
-    advantage: PerRecord
-    a_episode: PerRecord
-    a_step: PerRecord
-    c1: PerRecord
-    c2: PerRecord
-    value: PerRecord
-    value_next: PerRecord
-    diagnostics: GraphDiagnostics
-
-
-@_pytree
-class ProxMOOutput:
-    """ProxMO's output as its authors' code computes it (docs/estimators.md, ProxMO): ``advantage`` =
-    ``a_episode`` + w ``a_step``; ``a_episode`` the PSC-weighted episode term; ``psc_weight`` its
-    weight (1 without PSC); ``a_step`` = G - ``baseline``, the discounted return minus its soft
-    (or exact) state baseline; all float32 [B, K, T]; ``invalid`` int32 [B] input flags."""
-
-    advantage: PerRecord
-    a_episode: PerRecord
-    a_step: PerRecord
-    psc_weight: PerRecord
-    baseline: PerRecord
-    invalid: Int[Array, "B"]
-
-
-@_pytree
-class ECPOOutput:
-    """ECPO's output as this project reconstructs it (docs/estimators.md, ECPO): ``advantage`` =
-    ``a_episode`` + omega ``gate`` ``a_step``; ``a_step`` the shrunk action advantage n_sa / (n_sa + kappa)
-    (ybar_sa - ybar_s) before the gate (0 at anchors with fewer than two distinct actions); ``gate`` g_s,
-    the anchor's gate weight (0 where no step credit is given); all float32 [B, K, T]."""
-
-    advantage: PerRecord
-    a_episode: PerRecord
-    a_step: PerRecord
-    gate: PerRecord
-    diagnostics: GraphDiagnostics
-
-
-@_pytree
-class G2POAbstractOutput:
-    """The abstract-based G2PO's output (``g2po_abstract``): ``advantage`` = beta_G ``a_graph`` + beta_E
-    ``a_episode``; ``td`` = the TD error of the record's edge, r + gamma V(s') - V(s), before the
-    graph-wide standardisation; ``value`` = V(s_i), the mean discounted return of the records at
-    the record's state (all float32 [B, K, T]); ``num_edges`` = distinct (s, s') edges per group [B]."""
-
-    advantage: PerRecord
-    a_graph: PerRecord
-    a_episode: PerRecord
-    td: PerRecord
-    value: PerRecord
-    num_edges: Int[Array, "B"]
-    diagnostics: GraphDiagnostics
-
-
-@_pytree
-class ConfidenceOutput:
-    """Confidence-discounted returns (docs/estimators.md): ``advantage`` = R_t - V(s_t)."""
-
-    advantage: PerRecord
-    returns: PerRecord
-    baseline: PerRecord
-    confidence: PerRecord
-    diagnostics: GraphDiagnostics
 
 
 def outcome_codes(success, terminal) -> Int[Array, "..."]:

@@ -67,7 +67,20 @@ def _backup(tables, v_next):
 def evaluate(model: TabularModel, probs, gamma: float = 1.0) -> Evaluation:
     """Exact V, Q, A, occupancies and softmax policy gradient of the time-independent
     policy ``probs`` [num_states, num_actions] (module docstring). ``gamma`` is the
-    objective's discount (1: success within the time limit, with a 0/1 success reward)."""
+    objective's discount (1: success within the time limit, with a 0/1 success reward).
+
+    The key-door world under the uniform policy: the key (left at the start, 1/2), two steps to the
+    bridge whatever is chosen, then right on the bridge (1/2) wins and left falls: success 1/4; going
+    right at the start never wins, so its advantage at the start is -1/4:
+
+    >>> import numpy as np
+    >>> from bepo_jax.agent.envs.diagnostic import key_door
+    >>> from bepo_jax.lab.model import enumerate_states
+    >>> m = enumerate_states(key_door(), 0)
+    >>> ev = evaluate(m, np.full((m.num_states, m.num_actions), 0.5))
+    >>> ev.success, ev.A[0, m.start].tolist()
+    (0.25, [0.25, -0.25])
+    """
     pi = check_probs(model, probs)
     gamma = _check_gamma(gamma)
     H, S, A = model.horizon, model.num_states, model.num_actions

@@ -362,7 +362,7 @@ def test_kernels_compile_once_per_shape_and_structure():
 
 
 def test_public_entry_caches_compilation():
-    from bepo_jax.credit.estimators.bepo import _gated_bepo_jit
+    _gated_bepo_jit = bj.gated_bepo.jitted
 
     rng = np.random.default_rng(2)
     shape = (3, 5, 7)

@@ -349,3 +349,36 @@ def test_diagnostics_match_loops(data):
             assert float(d.singleton_share[b]) == pytest.approx(single / n)
             assert float(d.gated_share[b]) == pytest.approx(np.asarray(out.gate)[b].sum() / n)
             assert float(d.mean_out_degree[b]) == pytest.approx(np.mean([len(v) for v in succs.values()]), rel=1e-6)
+
+
+def test_a_plugin_estimator_is_a_choice_of_the_command_line(tmp_path):
+    """``bepo-jax --plugin MODULE`` imports the module before the command line is read: an estimator it
+    registers with ``estimator_entry`` is listed by ``bepo-jax estimators`` and is public in the registry's
+    names; a module that does not import is refused by name. (A fresh process: the registration is global.)"""
+    import subprocess
+    import sys
+
+    (tmp_path / "my_rloo.py").write_text(
+        "import jax.numpy as jnp\n"
+        "from bepo_jax.credit.configs import pytree_config\n"
+        "from bepo_jax.credit.estimators.common import estimator_entry\n"
+        "from bepo_jax.credit.estimators.grpo import GRPOOutput\n\n"
+        "@pytree_config(static=())\nclass HalfConfig:\n    \"\"\"none\"\"\"\n\n"
+        "def half_kernel(batch, config):\n    \"\"\"half the reward\"\"\"\n"
+        "    return GRPOOutput(advantage=0.5 * batch.reward, invalid=jnp.zeros(batch.mask.shape[:1], jnp.int32))\n\n"
+        "@estimator_entry('half', kernel=half_kernel, config=HalfConfig, output=GRPOOutput, graph=False,\n"
+        "                 definition='r / 2', source='a test')\n"
+        "def half(batch, config=HalfConfig(), *, check=True):\n    \"\"\"r / 2\"\"\"\n")
+    env = {**__import__("os").environ, "PYTHONPATH": f"{tmp_path}"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "bepo_jax.cli", *a], capture_output=True, text=True, env=env)
+    listed = run("--plugin", "my_rloo", "estimators")
+    assert listed.returncode == 0, listed.stderr
+    starts = lambda out: [line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")]
+    assert starts(listed.stdout)[-1] == "half"  # registered after the built-ins
+    assert "half" not in starts(run("estimators").stdout)
+    bad = run("--plugin", "no_such_module_here", "estimators")
+    assert bad.returncode == 2 and "--plugin no_such_module_here: the module does not import" in bad.stderr
+    names = subprocess.run([sys.executable, "-c", "import my_rloo; from bepo_jax.credit.estimators import public_names;"
+                            " print(sorted(n for n in public_names() if 'half' in n.lower()))"],
+                           capture_output=True, text=True, env=env)
+    assert names.stdout.strip() == "['HalfConfig', 'half', 'half_kernel']", names.stderr

@@ -59,7 +59,21 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_tokens: int = 64, t
              stop_ids: Sequence[int] = (), pad_id: int = 0, bucket: int = 32,
              context: Optional[int] = None) -> list[list[int]]:
     """New token ids for each prompt (a list of token ids), each ending at (and including) its
-    first token in ``stop_ids``, at most ``max_tokens`` long."""
+    first token in ``stop_ids``, at most ``max_tokens`` long.
+
+    A tiny random Llama-family model, two prompts of different lengths, greedy decoding; the same
+    prompt alone gives the same tokens (the left padding changes nothing):
+
+    >>> from flax import nnx
+    >>> from bepo_jax.agent.models.llama import LlamaConfig, LlamaLM
+    >>> model = LlamaLM(LlamaConfig(vocab=64, hidden=32, layers=2, heads=4, kv_heads=2, head_dim=8,
+    ...                             intermediate=64, context=128), rngs=nnx.Rngs(0))
+    >>> out = generate(model, [[5, 9, 12], [7]], max_tokens=6)
+    >>> [len(o) for o in out]
+    [6, 6]
+    >>> generate(model, [[5, 9, 12]], max_tokens=6) == out[:1]
+    True
+    """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate: give at least one prompt, each with at least one token.")
     if max_tokens < 1:

@@ -410,7 +410,18 @@ def load_pretrained(path, *, dtype: str = "float32", mesh: Optional[jax.sharding
     ``dtype``: "float32" (the default on CPU) or "bfloat16"; ``mesh``: place the parameters sharded
     over its ``"fsdp"`` / ``"model"`` axes as they load; ``context``: the longest sequence to allow
     (default: the checkpoint's). A name of the model registry (``smollm2-135m``) resolves to its
-    fetched file (``bepo-jax models fetch``)."""
+    fetched file (``bepo-jax models fetch``). What is wrong with a checkpoint is said before any weight
+    loads, naming the file and the fix:
+
+    >>> import tempfile
+    >>> load_pretrained(tempfile.mkdtemp())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    bepo_jax.agent.models.pretrained.CheckpointError: checkpoint directory ... has no config.json: give a Hugging Face checkpoint directory or a GGUF file.
+
+    With the model fetched, ``pre = load_pretrained("smollm2-135m")`` gives the model, its tokenizer and
+    its chat template, and ``generate.reply(pre, [{"role": "user", "content": "Hi"}])`` its answer
+    (docs/models.md runs both)."""
     from .hub import resolve
 
     p = resolve(str(path))

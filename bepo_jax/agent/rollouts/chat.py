@@ -89,7 +89,16 @@ class ChatRolloutConfig:
     it), max_prompt (1024 tokens: a longer prompt drops its oldest turns, and one that still
     does not fit raises), reuse_cache (True: carry each episode's KV cache from turn to turn
     and compute the prefix all first prompts share once, so a turn runs only the tokens its
-    cache lacks; False: run every turn's whole prompt; the same tokens either way)."""
+    cache lacks; False: run every turn's whole prompt; the same tokens either way).
+
+    >>> cfg = ChatRolloutConfig(group_size=8, prompt_history=3, temperature=0.7)
+    >>> cfg.max_reply, cfg.reuse_cache
+    (24, True)
+    >>> ChatRolloutConfig(max_reply=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: ChatRolloutConfig.max_reply=1 is out of range; it must be >= 2.
+    """
 
     group_size: int = 4
     prompt_history: int = 2

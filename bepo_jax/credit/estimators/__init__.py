@@ -1,43 +1,37 @@
 """Advantage estimators: every one is (StepBatch, Config) -> Output, registered in ``ESTIMATORS``.
 
-Each module registers its estimators with ``@register_estimator`` when it is imported; the
-imports below are the built-ins, in the registry's order (baselines, then the BEPO family).
-An estimator of your own registers the same way from your own module (docs/contributing.md).
+Each module registers its estimators when it is imported (``estimator_entry``, or
+``register_estimator`` for an entry with further arguments). The built-ins are imported below in
+the registry's order (baselines, then the BEPO family); any other module of this package registers
+itself after them. An estimator's entry, kernel, config and output type are public because it is
+registered (``public_names``). An estimator of your own registers the same way from your own module,
+and ``bepo-jax --plugin MODULE`` loads it for the command line (docs/contributing.md).
 """
 
+import importlib as _importlib
+import pkgutil as _pkgutil
+
 from .registry import (ESTIMATORS, Estimator, compute_advantages, estimator_settings, estimator_table, get_estimator,
-                       make_config, parse_estimator_spec, parse_settings, register_estimator)
-from .grpo import GRPOConfig, grpo, grpo_kernel
-from .gigpo import GiGPOConfig, gigpo, gigpo_kernel
-from .graphgpo import GraphGPOConfig, graphgpo, graphgpo_kernel
-from .hgpo import HGPOConfig, hgpo, hgpo_kernel
-from .g2po import G2POConfig, g2po, g2po_kernel
-from .g2po_abstract import G2POAbstractConfig, g2po_abstract, g2po_abstract_kernel
-from .proxmo import ProxMOConfig, proxmo, proxmo_kernel, tfidf_features
-from .ecpo import ECPOConfig, ecpo, ecpo_kernel
-from .ecpo_abstract import ECPOAbstractConfig, ecpo_abstract, ecpo_abstract_kernel
-from .bepo import GatedBEPOConfig, gated_bepo, gated_bepo_kernel
-from .ablations import (GAGPOConfig, bepo_additive, bepo_additive_kernel, bepo_mc, bepo_mc_kernel, bepo_nogate,
-                        bepo_nogate_kernel, gagpo, gagpo_kernel)
-from .pgpo import PGPOConfig, pgpo, pgpo_kernel
-from .confidence import ConfidenceConfig, confidence_features, confidence_loss, confidence_returns, confidence_returns_kernel
-from .common import max_states_for
+                       make_config, parse_estimator_spec, parse_settings, public_names, register_estimator)
+from .common import estimator_entry, max_states_for
+
+BUILTINS = ("grpo", "gigpo", "graphgpo", "hgpo", "g2po", "g2po_abstract", "proxmo", "ecpo", "ecpo_abstract", "bepo",
+            "ablations", "pgpo", "confidence")
+_NOT_ESTIMATORS = ("registry", "common", "confidence_head")  # confidence_head needs Flax: loaded on first use
+for _name in BUILTINS + tuple(sorted(m.name for m in _pkgutil.iter_modules(__path__)
+                                     if m.name not in BUILTINS + _NOT_ESTIMATORS)):
+    _importlib.import_module(f"{__name__}.{_name}")
+
+from .confidence import confidence_features, confidence_loss  # noqa: E402
+from .proxmo import tfidf_features  # noqa: E402
+
+_PUBLIC = public_names()
+globals().update(_PUBLIC)
 
 __all__ = [
     "ESTIMATORS", "Estimator", "compute_advantages", "estimator_settings", "estimator_table", "get_estimator",
-    "make_config", "parse_estimator_spec", "parse_settings", "register_estimator",
-    "GRPOConfig", "grpo", "grpo_kernel",
-    "GiGPOConfig", "gigpo", "gigpo_kernel",
-    "GraphGPOConfig", "graphgpo", "graphgpo_kernel",
-    "HGPOConfig", "hgpo", "hgpo_kernel",
-    "G2POConfig", "g2po", "g2po_kernel", "G2POAbstractConfig", "g2po_abstract", "g2po_abstract_kernel",
-    "ProxMOConfig", "proxmo", "proxmo_kernel", "tfidf_features",
-    "ECPOConfig", "ecpo", "ecpo_kernel", "ECPOAbstractConfig", "ecpo_abstract", "ecpo_abstract_kernel",
-    "GatedBEPOConfig", "gated_bepo", "gated_bepo_kernel",
-    "GAGPOConfig", "gagpo", "gagpo_kernel", "PGPOConfig", "pgpo", "pgpo_kernel",
-    "bepo_nogate", "bepo_nogate_kernel", "bepo_mc", "bepo_mc_kernel", "bepo_additive", "bepo_additive_kernel",
-    "ConfidenceConfig", "ConfidenceHead", "confidence_features", "confidence_loss", "confidence_returns",
-    "confidence_returns_kernel", "max_states_for",
+    "make_config", "parse_estimator_spec", "parse_settings", "public_names", "register_estimator", "estimator_entry",
+    *_PUBLIC, "tfidf_features", "ConfidenceHead", "confidence_features", "confidence_loss", "max_states_for",
 ]
 
 

@@ -16,51 +16,43 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-
 from ..configs import check_choice, check_int, check_range, pytree_config
-from ..types import GatedBEPOOutput, StepBatch
-from .common import check_outcome_fields, entry_point, stop_gradient
-from .registry import register_estimator
-from .bepo import GatedBEPOConfig, bepo_batch
+from ..types import StepBatch
+from .bepo import GatedBEPOConfig, GatedBEPOOutput, bepo_batch
+from .common import check_outcome_fields, estimator_entry, stop_gradient
 
 
-def _ablation(name: str, doc: str, *, gate_all: bool = False, **forced):
+def _ablation(name: str, doc: str, *, definition: str, gate_all: bool = False, **forced):
+    """An ablation of Gated-BEPO: its kernel (``bepo_batch`` with ``forced`` config fields, every record
+    gated when ``gate_all``) and its registered host entry (``estimator_entry``)."""
     def kernel(batch: StepBatch, config: GatedBEPOConfig) -> GatedBEPOOutput:
         cfg = dataclasses.replace(config, **forced) if forced else config
         return stop_gradient(bepo_batch(batch, cfg, gate_all=gate_all))
 
-    jitted = jax.jit(kernel)
+    def signature(batch: StepBatch, config: GatedBEPOConfig = GatedBEPOConfig(), *,
+                  check: bool = True) -> GatedBEPOOutput:
+        """The ablation's host entry."""
 
-    def estimator(batch: StepBatch, config: GatedBEPOConfig = GatedBEPOConfig(), *, check: bool = True) -> GatedBEPOOutput:
-        return entry_point(jitted, batch, config, GatedBEPOConfig, check=check)
-
-    for fn, suffix in ((kernel, "_kernel"), (estimator, "")):
+    for fn, suffix in ((kernel, "_kernel"), (signature, "")):
         fn.__name__ = fn.__qualname__ = name + suffix
         fn.__doc__ = doc + ("\n\nThe jittable kernel (no host checks)." if suffix else
                             "\n\nTakes a GatedBEPOConfig; returns a GatedBEPOOutput.")
-    return estimator, kernel
+    entry = estimator_entry(name, kernel=kernel, config=GatedBEPOConfig, output=GatedBEPOOutput, graph=True,
+                            definition=definition, source="ablation of arXiv 2608.06861")(signature)
+    return entry, kernel
 
 
 bepo_nogate, bepo_nogate_kernel = _ablation(
-    "bepo_nogate", "Gated-BEPO with rho = 1 everywhere: A = eta_gated A_out + w A_FP at every record.", gate_all=True)
+    "bepo_nogate", "Gated-BEPO with rho = 1 everywhere: A = eta_gated A_out + w A_FP at every record.", gate_all=True,
+    definition="Gated-BEPO with rho = 1 everywhere (uniform fixed-weight fusion)")
 # With max_iters = 0 the solver only checks whether V^0 is a fixed point (one sweep):
 # the O(records) sparse sweep, not an [S, S] matrix.
 bepo_mc, bepo_mc_kernel = _ablation(
     "bepo_mc", "Gated-BEPO with V = the Monte-Carlo means (max_iters = 0): isolates the fixed point.", max_iters=0,
-    solver="sparse", max_states=0)
+    solver="sparse", max_states=0, definition="Gated-BEPO with V = the Monte-Carlo initialisation (no fixed point)")
 bepo_additive, bepo_additive_kernel = _ablation(
-    "bepo_additive", "Gated-BEPO with eta_gated = 1: the outcome credit is not reduced at gated states.", eta_gated=1.0)
-
-register_estimator("bepo_nogate", kernel=bepo_nogate_kernel, config=GatedBEPOConfig, output=GatedBEPOOutput, graph=True,
-                   definition="Gated-BEPO with rho = 1 everywhere (uniform fixed-weight fusion)",
-                   source="ablation of arXiv 2608.06861")(bepo_nogate)
-register_estimator("bepo_mc", kernel=bepo_mc_kernel, config=GatedBEPOConfig, output=GatedBEPOOutput, graph=True,
-                   definition="Gated-BEPO with V = the Monte-Carlo initialisation (no fixed point)",
-                   source="ablation of arXiv 2608.06861")(bepo_mc)
-register_estimator("bepo_additive", kernel=bepo_additive_kernel, config=GatedBEPOConfig, output=GatedBEPOOutput, graph=True,
-                   definition="Gated-BEPO with eta_gated = 1 (no outcome reduction)",
-                   source="ablation of arXiv 2608.06861")(bepo_additive)
+    "bepo_additive", "Gated-BEPO with eta_gated = 1: the outcome credit is not reduced at gated states.", eta_gated=1.0,
+    definition="Gated-BEPO with eta_gated = 1 (no outcome reduction)")
 
 
 @pytree_config(static=("norm", "weighting", "std", "history", "fp_scale"))
@@ -106,12 +98,8 @@ def gagpo_kernel(batch: StepBatch, config: GAGPOConfig) -> GatedBEPOOutput:
     return stop_gradient(bepo_batch(batch, config.as_bepo(), gate_all=True, rescale=config.fp_scale == "std"))
 
 
-_gagpo_jit = jax.jit(gagpo_kernel)
-
-
-@register_estimator("gagpo", kernel=gagpo_kernel, config=GAGPOConfig, output=GatedBEPOOutput, graph=True,
-                    definition="A_out + w GAE(TD residuals of per-state Monte-Carlo means), no gate",
-                    source="Zhu et al. 2026")
+@estimator_entry("gagpo", kernel=gagpo_kernel, config=GAGPOConfig, output=GatedBEPOOutput, graph=True,
+                 definition="A_out + w GAE(TD residuals of per-state Monte-Carlo means), no gate",
+                 source="Zhu et al. 2026")
 def gagpo(batch: StepBatch, config: GAGPOConfig = GAGPOConfig(), *, check: bool = True) -> GatedBEPOOutput:
     """GAGPO: A = A_out + w GAE(delta) with V = per-state MC means (docs/estimators.md)."""
-    return entry_point(_gagpo_jit, batch, config, GAGPOConfig, check=check)

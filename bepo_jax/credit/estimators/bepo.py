@@ -21,19 +21,49 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxtyping import Array, Bool, Float, Int
+
 from ..configs import check_range, pytree_config
 from ..fixed_point import TOL_FLOOR, FixedPoint, bellman_fixed_point_batched
 from ..graph import build_graph, gather_node, graph_diagnostics, history_keys
 from ..returns import discounted_returns, gae
 from ..stats import STD_DDOF, masked_moments, segment_moments
-from ..types import GatedBEPOOutput, GraphDiagnostics, StepBatch
-from .common import (check_graph_fields, check_outcome_fields, entry_point, per_group, stop_gradient,
-                      with_sanitized_input)
-from .registry import register_estimator
+from ..types import GraphDiagnostics, PerRecord, RecordMask, StepBatch, pytree_dataclass
+from .common import (check_graph_fields, check_outcome_fields, estimator_entry, per_group, stop_gradient,
+                     with_sanitized_input)
 from .grpo import outcome_advantage
 
 
 # A_FP spreads up to this many tolerances (relative to 1 + max |V|) count as residue.
+@pytree_dataclass
+class GatedBEPOOutput:
+    """Gated-BEPO output (docs/estimators.md, Gated-BEPO).
+
+    advantage: A_i = eta_i A_out_i + w rho(s_i) A_FP_i / scale  [B, K, T]
+    value:     V(s_i), the fixed-point value of the record's source state  [B, K, T]
+    gate:      rho(s_i) (bool)  [B, K, T]
+    a_fp:      the GAE of the TD residuals, before the mean_std scale  [B, K, T]
+    a_out:     the outcome advantage (docs/estimators.md, outcome advantage)  [B, K, T]
+    td:        delta_i = r_i + gamma V(s'_i) - V(s_i)  [B, K, T]
+    fp_scale:  the divisor applied to a_fp (std of gated a_fp + eps; 1 for norm="mean")  [B]
+    iterations: Jacobi sweeps used per group  [B]
+    converged:  whether the group met the tolerance within max_iters  [B]
+    num_states: distinct source states per group  [B]
+    """
+
+    advantage: PerRecord
+    value: PerRecord
+    gate: RecordMask
+    a_fp: PerRecord
+    a_out: PerRecord
+    td: PerRecord
+    fp_scale: Float[Array, "B"]
+    iterations: Int[Array, "B"]
+    converged: Bool[Array, "B"]
+    num_states: Int[Array, "B"]
+    diagnostics: GraphDiagnostics
+
+
 FP_SCALE_NOISE = 16.0
 
 
@@ -161,10 +191,7 @@ def gated_bepo_kernel(batch: StepBatch, config: GatedBEPOConfig) -> GatedBEPOOut
     return stop_gradient(bepo_batch(batch, config))
 
 
-_gated_bepo_jit = jax.jit(gated_bepo_kernel)
-
-
-@register_estimator("gated_bepo", kernel=gated_bepo_kernel, config=GatedBEPOConfig, output=GatedBEPOOutput, graph=True,
+@estimator_entry("gated_bepo", kernel=gated_bepo_kernel, config=GatedBEPOConfig, output=GatedBEPOOutput, graph=True,
                     definition="eta_i A_out_i + w rho(s_i) A_FP_i; A_FP = GAE of the TD residuals of the mean-backup "
                                "Bellman fixed point; rho = >= 2 distinct successors",
                     source="arXiv 2608.06861 (steps 3-6 reconstructed: docs/open-choices.md)")
@@ -185,4 +212,3 @@ def gated_bepo(batch: StepBatch, config: GatedBEPOConfig = GatedBEPOConfig(), *,
     >>> [round(float(v), 3) for v in out.value[0].reshape(-1)]
     [3.333, 5.0, 3.333, 0.0, 3.333, 5.0]
     """
-    return entry_point(_gated_bepo_jit, batch, config, GatedBEPOConfig, check=check)

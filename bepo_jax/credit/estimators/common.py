@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from ..configs import check_choice, check_int, check_range
 from ..fixed_point import SOLVERS, TOL_FLOOR
 from ..types import StepBatch, check_batch, sanitize
+from .registry import register_estimator
 
 NORMS = ("mean", "mean_std")
 WEIGHTINGS = ("step", "trajectory")
@@ -96,6 +97,39 @@ def entry_point(kernel_jit: Callable, batch: StepBatch, config: Any, config_type
     if getattr(config, "max_states", 0) and not isinstance(batch.mask, jax.core.Tracer):
         jax.effects_barrier()
     return out
+
+
+def estimator_entry(name: str, *, kernel: Callable, config: type, output: type, definition: str, source: str,
+                    graph: bool, lab: bool = True, host_check: Optional[Callable] = None) -> Callable[[Callable], Callable]:
+    """Make and register an estimator's host entry from its signature: the decorated function gives the
+    entry its name, signature and docstring (its body, the docstring alone, never runs).
+
+    ``entry(batch, config=config(), *, check=True)`` runs ``host_check(batch, config)`` when given (a refusal
+    the kernel cannot make inside jit), then ``entry_point`` (the batch and config checked on the host;
+    ``check=False`` skips the value checks) with ``jax.jit(kernel)``; it is registered under ``name``
+    (``register_estimator``: the registry, the command line and the package's exports read it there).
+    The one tail of every estimator whose entry takes the batch and its config only.
+
+    >>> import inspect
+    >>> from bepo_jax.credit.estimators.grpo import GRPOConfig, grpo
+    >>> grpo.__name__, grpo.__module__, inspect.signature(grpo).parameters["config"].default == GRPOConfig()
+    ('grpo', 'bepo_jax.credit.estimators.grpo', True)
+    """
+    jitted = jax.jit(kernel)
+    config_type, default = config, config()
+
+    def make(signature: Callable) -> Callable:
+        @functools.wraps(signature)
+        def entry(batch: StepBatch, config: Any = default, *, check: bool = True):
+            if host_check is not None:
+                host_check(batch, config)
+            return entry_point(jitted, batch, config, config_type, check=check)
+
+        entry.jitted = jitted  # the compiled kernel the entry calls (its cache is the entry's)
+        return register_estimator(name, kernel=kernel, config=config_type, output=output, definition=definition,
+                                  source=source, graph=graph, lab=lab)(entry)
+
+    return make
 
 
 MIN_BUCKET = 32  # the smallest bucket max_states_for returns

@@ -25,10 +25,21 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ..configs import check_choice, check_range, pytree_config
 from ..returns import discounted_cumsum
-from ..types import SUCCESS, ConfidenceOutput, StepBatch
+from ..types import SUCCESS, GraphDiagnostics, PerRecord, StepBatch, pytree_dataclass
 from .common import check_graph_fields, entry_point, with_sanitized_input
 from .registry import register_estimator
 from .bepo import GatedBEPOConfig, bepo_batch_sanitized
+
+@pytree_dataclass
+class ConfidenceOutput:
+    """Confidence-discounted returns (docs/estimators.md): ``advantage`` = R_t - V(s_t)."""
+
+    advantage: PerRecord
+    returns: PerRecord
+    baseline: PerRecord
+    confidence: PerRecord
+    diagnostics: GraphDiagnostics
+
 
 CONFIDENCE_SOURCES = ("constant", "gate", "given")
 _C_MIN = float(np.finfo(np.float32).epsneg)  # 2**-24: 1 - _C_MIN is the largest float32 below 1

@@ -39,6 +39,7 @@ switches the shrinkage off and gate="none" the gate: the paper's two one-compone
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import jax
@@ -49,10 +50,23 @@ from ..configs import check_choice, check_int, check_range, pytree_config
 from ..graph import GroupGraph, build_graph, count_distinct, dense_ids, graph_diagnostics, history_keys
 from ..returns import discounted_returns
 from ..stats import STD_DDOF, masked_moments, segment_moments
-from ..types import ECPOOutput, GraphDiagnostics, StepBatch
-from .common import check_outcome_fields, entry_point, stop_gradient, with_sanitized_input
+from ..types import GraphDiagnostics, PerRecord, StepBatch, pytree_dataclass
+from .common import check_outcome_fields, estimator_entry, stop_gradient, with_sanitized_input
 from .grpo import outcome_advantage
-from .registry import register_estimator
+
+@pytree_dataclass
+class ECPOOutput:
+    """ECPO's output as this project reconstructs it (docs/estimators.md, ECPO): ``advantage`` =
+    ``a_episode`` + omega ``gate`` ``a_step``; ``a_step`` the shrunk action advantage n_sa / (n_sa + kappa)
+    (ybar_sa - ybar_s) before the gate (0 at anchors with fewer than two distinct actions); ``gate`` g_s,
+    the anchor's gate weight (0 where no step credit is given); all float32 [B, K, T]."""
+
+    advantage: PerRecord
+    a_episode: PerRecord
+    a_step: PerRecord
+    gate: PerRecord
+    diagnostics: GraphDiagnostics
+
 
 GATES = ("variance", "none")
 STANDARDIZE = ("anchor", "group", "none")
@@ -228,15 +242,11 @@ def action_credit_kernel(credit, name: str):
 
 
 ecpo_kernel = action_credit_kernel(evidence_calibrated_credit, "ecpo")
-_ecpo_jit = jax.jit(ecpo_kernel)
-
-
-@register_estimator("ecpo", kernel=ecpo_kernel, config=ECPOConfig, output=ECPOOutput, graph=True,
+@estimator_entry("ecpo", kernel=ecpo_kernel, config=ECPOConfig, output=ECPOOutput, graph=True,
                     definition="A_GRPO + omega rho(s) z(mu~(s,u)): canonical-action means shrunk toward the anchor mean "
                                "(kappa 2) and standardised, gated by tanh(n(s)/tau) B/(B + W + eps)",
                     source="Li et al. 2026 (arXiv 2606.05885); equations as summaries of its HTML give them (no code; "
-                           "tau, omega, standardisation set ours)")
+                           "tau, omega, standardisation set ours)",
+                 host_check=functools.partial(refuse_missing_action_key, "ecpo"))
 def ecpo(batch: StepBatch, config: ECPOConfig = ECPOConfig(), *, check: bool = True) -> ECPOOutput:
     """ECPO advantage (module docstring); ``.advantage`` float32 [B, K, T]."""
-    refuse_missing_action_key("ecpo", batch, config)
-    return entry_point(_ecpo_jit, batch, config, ECPOConfig, check=check)

@@ -40,6 +40,7 @@ END node of its outcome): in deterministic worlds an action and its result are t
 
 from __future__ import annotations
 
+import functools
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
@@ -47,10 +48,10 @@ from jaxtyping import Array, Bool, Float, Int
 from ..configs import check_choice, check_int, check_range, pytree_config
 from ..graph import count_distinct
 from ..stats import STD_DDOF, scale_deviation, segment_moments
-from ..types import ECPOOutput, StepBatch
-from .common import check_outcome_fields, entry_point
-from .ecpo import ACTION_SOURCES, ANCHOR_MEANS, action_credit_kernel, anchor_action_moments, refuse_missing_action_key
-from .registry import register_estimator
+from ..types import StepBatch
+from .common import check_outcome_fields, estimator_entry
+from .ecpo import (ACTION_SOURCES, ANCHOR_MEANS, ECPOOutput, action_credit_kernel, anchor_action_moments,
+                   refuse_missing_action_key)
 
 GATES = ("ratio", "threshold", "none")
 
@@ -136,15 +137,11 @@ def action_calibrated_credit(
 
 
 ecpo_abstract_kernel = action_credit_kernel(action_calibrated_credit, "ecpo_abstract")
-_ecpo_abstract_jit = jax.jit(ecpo_abstract_kernel)
-
-
-@register_estimator("ecpo_abstract", kernel=ecpo_abstract_kernel, config=ECPOAbstractConfig, output=ECPOOutput, graph=True,
+@estimator_entry("ecpo_abstract", kernel=ecpo_abstract_kernel, config=ECPOAbstractConfig, output=ECPOOutput, graph=True,
                     definition="A^E + omega g_s n_sa/(n_sa + kappa)(ybar_sa - ybar_s): action means at equal-observation "
                                "anchors shrunk by their count, gated by the between-action share of the anchor's variance",
                     source="Li et al. 2026 (arXiv 2606.05885); reconstructed from its abstract before its equations were "
-                           "read (kept for the stored results; ecpo follows the equations summaries of the paper give)")
+                           "read (kept for the stored results; ecpo follows the equations summaries of the paper give)",
+                 host_check=functools.partial(refuse_missing_action_key, "ecpo_abstract"))
 def ecpo_abstract(batch: StepBatch, config: ECPOAbstractConfig = ECPOAbstractConfig(), *, check: bool = True) -> ECPOOutput:
     """The abstract-based ECPO advantage as this project reconstructed it (module docstring); ``.advantage`` float32 [B, K, T]."""
-    refuse_missing_action_key("ecpo_abstract", batch, config)
-    return entry_point(_ecpo_abstract_jit, batch, config, ECPOAbstractConfig, check=check)

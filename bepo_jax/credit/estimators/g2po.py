@@ -28,18 +28,33 @@ from __future__ import annotations
 
 from typing import Optional
 
-import jax
 import jax.numpy as jnp
 from jaxtyping import Int
 
 from ..configs import check_choice, check_int, check_range, pytree_config
 from ..graph import build_graph, gather_node, graph_diagnostics, history_keys
 from ..stats import segment_moments
-from ..types import SUCCESS, G2POOutput, GraphDiagnostics, StepBatch
-from .common import NORMS, entry_point, per_group, stop_gradient, with_sanitized_input
+from ..types import SUCCESS, GraphDiagnostics, PerRecord, StepBatch, pytree_dataclass
+from .common import NORMS, estimator_entry, per_group, stop_gradient, with_sanitized_input
 from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
-from .registry import register_estimator
+
+
+@pytree_dataclass
+class G2POOutput:
+    """G2PO's output as its authors' code computes it (docs/estimators.md, G2PO): ``advantage`` =
+    ``a_episode`` + w (``c1`` + ``c2``); ``a_step`` = ``c1`` + ``c2``; ``value`` = V(s_i), the state's
+    mean of gamma^(L - t) R over its rows; ``value_next`` = V of the row's next state (the
+    success value or 0 after the last step); all float32 [B, K, T]."""
+
+    advantage: PerRecord
+    a_episode: PerRecord
+    a_step: PerRecord
+    c1: PerRecord
+    c2: PerRecord
+    value: PerRecord
+    value_next: PerRecord
+    diagnostics: GraphDiagnostics
 
 
 @pytree_config(static=("norm", "history", "success_value"))
@@ -116,14 +131,10 @@ def g2po_kernel(batch: StepBatch, config: G2POConfig) -> G2POOutput:
     return stop_gradient(per_group(_group, batch, config))
 
 
-_g2po_jit = jax.jit(g2po_kernel)
-
-
-@register_estimator("g2po", kernel=g2po_kernel, config=G2POConfig, output=G2POOutput, graph=True,
+@estimator_entry("g2po", kernel=g2po_kernel, config=G2POConfig, output=G2POOutput, graph=True,
                     definition="episode term (R + p centred over the group's rows) + w (c1 + c2): c1 = V(s') + p centred "
                                "within the rows of a state, c2 = V(s') - V(s) centred over the group; V(s) = mean of "
                                "gamma^(L - t) R at s",
                     source="Wang et al. 2026 (arXiv 2606.22995); official code Nala-YN/G2PO g2po/core_g2po.py @ b8ffaf5")
 def g2po(batch: StepBatch, config: G2POConfig = G2POConfig(), *, check: bool = True) -> G2POOutput:
     """G2PO advantage as its authors' code computes it (module docstring); ``.advantage`` float32 [B, K, T]."""
-    return entry_point(_g2po_jit, batch, config, G2POConfig, check=check)

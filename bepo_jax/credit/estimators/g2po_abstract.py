@@ -42,10 +42,25 @@ from ..configs import check_choice, check_int, check_range, pytree_config
 from ..graph import build_graph, dense_ids, gather_node, graph_diagnostics, history_keys
 from ..returns import discounted_returns
 from ..stats import STD_DDOF, masked_moments, scale_deviation, segment_moments
-from ..types import G2POAbstractOutput, GraphDiagnostics, StepBatch
-from .common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
-from .registry import register_estimator
+from ..types import GraphDiagnostics, PerRecord, StepBatch, pytree_dataclass
+from .common import check_outcome_fields, estimator_entry, per_group, stop_gradient, with_sanitized_input
 from .grpo import outcome_advantage
+
+@pytree_dataclass
+class G2POAbstractOutput:
+    """The abstract-based G2PO's output (``g2po_abstract``): ``advantage`` = beta_G ``a_graph`` + beta_E
+    ``a_episode``; ``td`` = the TD error of the record's edge, r + gamma V(s') - V(s), before the
+    graph-wide standardisation; ``value`` = V(s_i), the mean discounted return of the records at
+    the record's state (all float32 [B, K, T]); ``num_edges`` = distinct (s, s') edges per group [B]."""
+
+    advantage: PerRecord
+    a_graph: PerRecord
+    a_episode: PerRecord
+    td: PerRecord
+    value: PerRecord
+    num_edges: Int[Array, "B"]
+    diagnostics: GraphDiagnostics
+
 
 UNITS = ("edge", "record")
 
@@ -137,13 +152,9 @@ def g2po_abstract_kernel(batch: StepBatch, config: G2POAbstractConfig) -> G2POAb
     return stop_gradient(per_group(_group, batch, config))
 
 
-_g2po_jit = jax.jit(g2po_abstract_kernel)
-
-
-@register_estimator("g2po_abstract", kernel=g2po_abstract_kernel, config=G2POAbstractConfig, output=G2POAbstractOutput, graph=True,
+@estimator_entry("g2po_abstract", kernel=g2po_abstract_kernel, config=G2POAbstractConfig, output=G2POAbstractOutput, graph=True,
                     definition="beta_G A^G + beta_E A^E; A^G = TD errors of edges (s, s') with V = per-state Monte-Carlo "
                                "means, standardised over the group's edges",
                     source="Wang et al. 2026 (arXiv 2606.22995; reconstructed from its abstract before its code was public)")
 def g2po_abstract(batch: StepBatch, config: G2POAbstractConfig = G2POAbstractConfig(), *, check: bool = True) -> G2POAbstractOutput:
     """The abstract-based G2PO (docs/estimators.md, G2PO); ``.advantage`` float32 [B, K, T]."""
-    return entry_point(_g2po_jit, batch, config, G2POAbstractConfig, check=check)

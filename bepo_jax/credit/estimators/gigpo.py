@@ -16,7 +16,6 @@ over the records of the step group s_i; a singleton step group gets A^S = 0
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
@@ -24,10 +23,19 @@ from ..configs import check_int, check_range, pytree_config
 from ..graph import build_graph, graph_diagnostics, history_keys, in_shared_state
 from ..returns import discounted_returns
 from ..stats import STD_DDOF, scale_deviation, segment_moments
-from ..types import GiGPOOutput, GraphDiagnostics, StepBatch
-from .common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
-from .registry import register_estimator
+from ..types import GraphDiagnostics, PerRecord, StepBatch, pytree_dataclass
+from .common import check_outcome_fields, estimator_entry, per_group, stop_gradient, with_sanitized_input
 from .grpo import outcome_advantage
+
+
+@pytree_dataclass
+class GiGPOOutput:
+    """``advantage`` = ``a_episode`` + omega * ``a_step`` (all float32 [B, K, T])."""
+
+    advantage: PerRecord
+    a_episode: PerRecord
+    a_step: PerRecord
+    diagnostics: GraphDiagnostics
 
 
 @pytree_config(static=("norm", "weighting", "std", "history"))
@@ -102,13 +110,9 @@ def gigpo_kernel(batch: StepBatch, config: GiGPOConfig) -> GiGPOOutput:
     return stop_gradient(GiGPOOutput(advantage=adv, a_episode=a_ep, a_step=a_step, diagnostics=diag))
 
 
-_gigpo_jit = jax.jit(gigpo_kernel)
-
-
-@register_estimator("gigpo", kernel=gigpo_kernel, config=GiGPOConfig, output=GiGPOOutput, graph=True,
+@estimator_entry("gigpo", kernel=gigpo_kernel, config=GiGPOConfig, output=GiGPOOutput, graph=True,
                     definition="A^E + omega A^S; A^S normalises G_i + penalty_i within equal-observation step groups "
                                "(singletons 0)",
                     source="Feng et al. 2025 (arXiv 2505.10978); verl-agent `core_gigpo.py`")
 def gigpo(batch: StepBatch, config: GiGPOConfig = GiGPOConfig(), *, check: bool = True) -> GiGPOOutput:
     """GiGPO advantage (docs/estimators.md, GiGPO); ``.advantage`` float32 [B, K, T]."""
-    return entry_point(_gigpo_jit, batch, config, GiGPOConfig, check=check)

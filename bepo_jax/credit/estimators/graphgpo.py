@@ -26,11 +26,22 @@ from jaxtyping import Array, Float, Int
 
 from ..configs import check_bool, check_int, check_range, pytree_config
 from ..graph import GroupGraph, build_graph, graph_diagnostics, history_keys, in_shared_state
-from ..types import SUCCESS, GraphDiagnostics, GraphGPOOutput, StepBatch
-from .common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
-from .registry import register_estimator
+from ..types import SUCCESS, GraphDiagnostics, PerRecord, StepBatch, pytree_dataclass
+from .common import check_outcome_fields, estimator_entry, per_group, stop_gradient, with_sanitized_input
 from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
+
+
+@pytree_dataclass
+class GraphGPOOutput:
+    """GraphGPO output: ``advantage`` = beta_G ``a_graph`` + beta_E ``a_episode``;
+    ``distance`` = d(s'_i), the shortest-path length from the record's successor to SUCCESS."""
+
+    advantage: PerRecord
+    a_graph: PerRecord
+    a_episode: PerRecord
+    distance: PerRecord
+    diagnostics: GraphDiagnostics
 
 
 @pytree_config(static=("norm", "weighting", "std", "history", "normalize_distance"))
@@ -128,13 +139,9 @@ def graphgpo_kernel(batch: StepBatch, config: GraphGPOConfig) -> GraphGPOOutput:
     return stop_gradient(per_group(_group, batch, config))
 
 
-_graphgpo_jit = jax.jit(graphgpo_kernel)
-
-
-@register_estimator("graphgpo", kernel=graphgpo_kernel, config=GraphGPOConfig, output=GraphGPOOutput, graph=True,
+@estimator_entry("graphgpo", kernel=graphgpo_kernel, config=GraphGPOConfig, output=GraphGPOOutput, graph=True,
                     definition="beta_G A^G + beta_E A^E; step return 10 omega_g^d(s'), d = shortest path to SUCCESS "
                                "(min-plus fixed point)",
                     source="Cheng et al. 2026; verl-agent GraphGPO recipe")
 def graphgpo(batch: StepBatch, config: GraphGPOConfig = GraphGPOConfig(), *, check: bool = True) -> GraphGPOOutput:
     """GraphGPO advantage (docs/estimators.md); ``.advantage`` float32 [B, K, T]."""
-    return entry_point(_graphgpo_jit, batch, config, GraphGPOConfig, check=check)

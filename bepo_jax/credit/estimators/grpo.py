@@ -17,15 +17,22 @@ n = 1 sample: mu = 0, sigma = 1 (verl-agent). No valid record: all zeros.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, Int
 
 from ..configs import pytree_config
 from ..stats import STD_DDOF, masked_moments, scale_deviation
-from ..types import GRPOOutput, StepBatch
-from .common import check_outcome_fields, entry_point, per_group, stop_gradient, with_sanitized_input
-from .registry import register_estimator
+from ..types import PerRecord, StepBatch, pytree_dataclass
+from .common import check_outcome_fields, estimator_entry, per_group, stop_gradient, with_sanitized_input
+
+
+@pytree_dataclass
+class GRPOOutput:
+    """``advantage``: float32 [B, K, T], the group-relative outcome advantage;
+    ``invalid``: int32 [B] bit flags of invalid input (``group_flags``; 0 = valid)."""
+
+    advantage: PerRecord
+    invalid: Int[Array, "B"]
 
 
 @pytree_config(static=("norm", "weighting", "std"))
@@ -93,10 +100,7 @@ def grpo_kernel(batch: StepBatch, config: GRPOConfig) -> GRPOOutput:
                                     invalid=jnp.zeros(batch.mask.shape[:1], jnp.int32)))
 
 
-_grpo_jit = jax.jit(grpo_kernel)
-
-
-@register_estimator("grpo", kernel=grpo_kernel, config=GRPOConfig, output=GRPOOutput, graph=False,
+@estimator_entry("grpo", kernel=grpo_kernel, config=GRPOConfig, output=GRPOOutput, graph=False,
                     definition="A_i = (S_i - mu) / (sigma + eps) over the group (or S_i - mu); S_i = R_k + penalty_i",
                     source="Shao et al. 2024; verl-agent")
 def grpo(batch: StepBatch, config: GRPOConfig = GRPOConfig(), *, check: bool = True) -> GRPOOutput:
@@ -111,4 +115,3 @@ def grpo(batch: StepBatch, config: GRPOConfig = GRPOConfig(), *, check: bool = T
     >>> [round(float(a), 4) for a in grpo(batch).advantage[0, :, 0]]
     [0.7071, -0.7071]
     """
-    return entry_point(_grpo_jit, batch, config, GRPOConfig, check=check)

@@ -24,22 +24,36 @@ weights' denominator and the exclusion of exact zeros.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
+
+from jaxtyping import Array, Float
 
 from ..configs import check_bool, check_choice, check_int, check_range, pytree_config
 from ..graph import build_graph, graph_diagnostics, history_keys, state_ids
 from ..returns import discounted_returns
 from ..stats import masked_moments
-from ..types import GraphDiagnostics, HGPOOutput, StepBatch
-from .common import NORMS, entry_point, per_group, stop_gradient, with_sanitized_input
-from .registry import register_estimator
+from ..types import GraphDiagnostics, PerRecord, StepBatch, pytree_dataclass
+from .common import NORMS, estimator_entry, per_group, stop_gradient, with_sanitized_input
 from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
 
 
 # A level's deviation within this many float32 ulps of |y_i| + |mu| is rounding residue
 # of a deviation that is 0 in exact arithmetic: it counts as 0 (the recipe tests != 0).
+@pytree_dataclass
+class HGPOOutput:
+    """HGPO output (docs/estimators.md, HGPO): ``advantage`` float32 [B, K, T], the
+    weighted mean of the record's nonzero group advantages; ``a_levels`` float32
+    [B, K, T, history_length + 1] (level j = the groups of the last j + 1 observations;
+    0 where the record's group is a singleton or its history is too short); ``a_base``
+    [B, K, T] the outcome advantage (used only with ``base_group``)."""
+
+    advantage: PerRecord
+    a_levels: Float[Array, "B K T L"]
+    a_base: PerRecord
+    diagnostics: GraphDiagnostics
+
+
 RESIDUE_ULPS = 16.0
 
 
@@ -116,13 +130,9 @@ def hgpo_kernel(batch: StepBatch, config: HGPOConfig) -> HGPOOutput:
     return stop_gradient(HGPOOutput(advantage=adv, a_levels=a_levels, a_base=a_base, diagnostics=diag))
 
 
-_hgpo_jit = jax.jit(hgpo_kernel)
-
-
-@register_estimator("hgpo", kernel=hgpo_kernel, config=HGPOConfig, output=HGPOOutput, graph=True,
+@estimator_entry("hgpo", kernel=hgpo_kernel, config=HGPOConfig, output=HGPOOutput, graph=True,
                     definition="weighted mean over history levels k = 1..h+1 of the step return normalised in groups of "
                                "equal last-k observations",
                     source="He et al. 2026; verl-agent HGPO recipe")
 def hgpo(batch: StepBatch, config: HGPOConfig = HGPOConfig(), *, check: bool = True) -> HGPOOutput:
     """HGPO advantage (docs/estimators.md, HGPO); ``.advantage`` float32 [B, K, T]."""
-    return entry_point(_hgpo_jit, batch, config, HGPOConfig, check=check)

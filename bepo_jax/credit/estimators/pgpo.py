@@ -23,13 +23,11 @@ equations above.
 
 from __future__ import annotations
 
-import jax
 
 from ..configs import check_choice, check_int, check_range, pytree_config
-from ..types import GatedBEPOOutput, StepBatch
-from .bepo import GatedBEPOConfig, bepo_batch
-from .common import check_outcome_fields, entry_point, stop_gradient
-from .registry import register_estimator
+from ..types import StepBatch
+from .bepo import GatedBEPOConfig, GatedBEPOOutput, bepo_batch
+from .common import check_outcome_fields, estimator_entry, stop_gradient
 
 
 @pytree_config(static=("norm", "weighting", "std", "history", "step_scale"))
@@ -77,13 +75,9 @@ def pgpo_kernel(batch: StepBatch, config: PGPOConfig) -> GatedBEPOOutput:
     return stop_gradient(bepo_batch(batch, config.as_bepo(), gate_all=True, rescale=config.step_scale == "std"))
 
 
-_pgpo_jit = jax.jit(pgpo_kernel)
-
-
-@register_estimator("pgpo", kernel=pgpo_kernel, config=PGPOConfig, output=GatedBEPOOutput, graph=True,
+@estimator_entry("pgpo", kernel=pgpo_kernel, config=PGPOConfig, output=GatedBEPOOutput, graph=True,
                     definition="A_GRPO + omega (r + gamma Phi(s') - Phi(s)), Phi the per-state Monte-Carlo mean return",
                     source="arXiv 2609.02236, as a summary states it (paper not readable here; gamma, omega, "
                            "scale ours)")
 def pgpo(batch: StepBatch, config: PGPOConfig = PGPOConfig(), *, check: bool = True) -> GatedBEPOOutput:
     """PGPO advantage (module docstring); ``.advantage`` float32 [B, K, T]."""
-    return entry_point(_pgpo_jit, batch, config, PGPOConfig, check=check)

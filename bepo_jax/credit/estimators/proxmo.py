@@ -37,17 +37,32 @@ from typing import Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, Int
 
 from ..configs import check_choice, check_int, check_range, pytree_config
 from ..graph import history_keys, state_ids
 from ..returns import discounted_returns
 from ..stats import masked_moments
-from ..types import ProxMOOutput, StepBatch
+from ..types import PerRecord, StepBatch, pytree_dataclass
 from .common import entry_point, stop_gradient, with_sanitized_input
 from .gigpo import step_group_advantage
 from .grpo import outcome_advantage
 from .registry import register_estimator
+
+@pytree_dataclass
+class ProxMOOutput:
+    """ProxMO's output as its authors' code computes it (docs/estimators.md, ProxMO): ``advantage`` =
+    ``a_episode`` + w ``a_step``; ``a_episode`` the PSC-weighted episode term; ``psc_weight`` its
+    weight (1 without PSC); ``a_step`` = G - ``baseline``, the discounted return minus its soft
+    (or exact) state baseline; all float32 [B, K, T]; ``invalid`` int32 [B] input flags."""
+
+    advantage: PerRecord
+    a_episode: PerRecord
+    a_step: PerRecord
+    psc_weight: PerRecord
+    baseline: PerRecord
+    invalid: Int[Array, "B"]
+
 
 MODES = ("soft", "mean", "mean_std")  # the code's soft_grouping, mean_norm, mean_std_norm
 

@@ -189,6 +189,21 @@ def compute_advantages(name: str, batch: StepBatch, config: Any = None, *, check
     return est.fn(batch, make_config(name, config, **overrides), check=check)
 
 
+def public_names() -> dict[str, Any]:
+    """The registered estimators' public objects by name, in the registry's order: each one's host entry,
+    kernel, config type and output type (one shared by several, such as ``GatedBEPOConfig``, once). The
+    package exports these (``bepo_jax.__all__``): registering an estimator is what makes it public.
+
+    >>> list(public_names())[:4]
+    ['grpo', 'grpo_kernel', 'GRPOConfig', 'GRPOOutput']
+    """
+    out: dict[str, Any] = {}
+    for e in ESTIMATORS.values():
+        for obj in (e.fn, e.kernel, e.config_type, e.output_type):
+            out.setdefault(obj.__name__, obj)
+    return out
+
+
 def estimator_table() -> list[str]:
     """The registry as the Markdown table of docs/estimators.md ("Every registered estimator"):
     ``bepo-jax estimators --markdown`` prints it, tests/test_docs.py checks the page holds it."""
