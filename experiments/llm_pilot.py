@@ -34,7 +34,11 @@ def adopt(src: Path, arm: str = "gated_bepo", seed: int = 0) -> Path:
     dst = TEST.run_dir(arm, seed)
     from bepo_jax.agent.train.rundir import is_finished_run_of
 
-    if not is_finished_run_of(src, TEST.config(arm, seed)):
+    try:
+        finished = is_finished_run_of(src, TEST.config(arm, seed))
+    except ValueError as err:  # a finished run of another config
+        raise SystemExit(f"{src} is not the pilot's ({arm}, {seed}) run: {err}") from None
+    if not finished:
         raise SystemExit(f"{src} holds no finished run of the pilot's ({arm}, {seed}) config; finish make train-llm.")
     if not dst.exists():
         shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".lock"))

@@ -82,3 +82,27 @@ def test_the_second_test_refuses_to_run_before_its_seeds_are_fixed(monkeypatch):
     monkeypatch.setattr(c2, "SEEDS", ())
     with pytest.raises(SystemExit, match="not fixed yet"):
         c2.main(["status"])
+
+
+def test_the_pilot_adopts_make_train_llms_run_only_when_it_is_the_pilots_config(tmp_path, monkeypatch):
+    import dataclasses
+
+    t = dataclasses.replace(pilot.TEST, results_dir=tmp_path / "results", out=tmp_path / "runs")
+    monkeypatch.setattr(pilot, "TEST", t)
+    n = t.config("gated_bepo", 0).iterations
+    other = tmp_path / "other_run"
+    _write(other, t.config("gated_bepo", 0).replace(learning_rate=1e-4), (0.1, 0.2), (0.3, 0.4), n)
+    with pytest.raises(SystemExit, match="not the pilot's .gated_bepo, 0. run: .*learning_rate"):
+        pilot.adopt(other)
+    unfinished = tmp_path / "unfinished"
+    _write(unfinished, t.config("gated_bepo", 0), (0.1, 0.2), (0.3, 0.4), n - 1)
+    with pytest.raises(SystemExit, match="no finished run of the pilot"):
+        pilot.adopt(unfinished)
+    src = tmp_path / "llm_textworld_wide"
+    _write(src, t.config("gated_bepo", 0), (0.1, 0.2), (0.3, 0.4), n)
+    pilot.adopt(src)
+    assert t.run_finished("gated_bepo", 0) and t.pending()[0] == ("grpo", 0)
+    kept = t.record_dir("gated_bepo", 0) / "metrics.jsonl"
+    assert kept.read_text() == (src / "metrics.jsonl").read_text()
+    log = [json.loads(x) for x in (tmp_path / "results" / "log.jsonl").read_text().splitlines()]
+    assert log[-1]["event"] == "note" and "make train-llm" in log[-1]["text"]
