@@ -84,7 +84,7 @@ from bepo_jax.agent.train.arms import COLLAPSE, Arm, action_curves
 from bepo_jax.agent.train.recipes import recipe_fields
 from bepo_jax.agent.train.rundir import is_finished_run_of
 from experiments.common import ROOT, command, machine, parser, write_json
-from experiments.readme_tables import collapsed_seeds, contrast_lines, points
+from experiments.formatting import collapsed_seeds, contrast_lines, points
 
 ESTIMATOR_ARMS = (
     Arm("grpo", "grpo"), Arm("gigpo", "gigpo"), Arm("graphgpo", "graphgpo"), Arm("gagpo", "gagpo"),

@@ -163,8 +163,8 @@ def main(argv: Optional[list[str]] = None) -> dict:
 
 
 def render(info: dict) -> str:
-    """The report: what was probed, then the table README shows (``readme_tables.collapse_escape``)."""
-    from experiments.readme_tables import collapse_escape
+    """The report: what was probed, then the table README shows (``formatting.collapse_escape``)."""
+    from experiments.formatting import collapse_escape
 
     n = info["batches"]
     return "\n".join([

@@ -37,7 +37,7 @@ import numpy as np
 from bepo_jax.agent.train import mean_ci
 from experiments import claims, rescore
 from experiments.common import ROOT, command, git_commit, parser, write_json
-from experiments.readme_tables import (
+from experiments.formatting import (
     CLAIMS,
     chance_line,
     confirmatory_primary,
@@ -51,7 +51,7 @@ EXPERIMENT = "confirmatory_runs"
 CHUNK = 4  # seeds per chunk: the unit that trains, is rescored and is kept
 RESCORE_TASKS = 640  # the recipe's 128 held-out levels, then 512 fresh ones
 ALPHA = 0.05
-# The paper's number (points) and its source for each contrast, from readme_tables.CLAIMS where it has the
+# The paper's number (points) and its source for each contrast, from formatting.CLAIMS where it has the
 # pair; the no-gate rung's contrast is the ladder's last two steps together (+7.4 + 2.1, 66.4 -> 75.9).
 PAPER = {(a, b): (value, source) for _, _, value, source, a, b in CLAIMS}
 PAPER[("gated_bepo", "ladder_fp_added")] = (9.5, "Gated-BEPO paper, ablation ladder, the gate and mixing steps "

@@ -42,7 +42,7 @@ from bepo_jax.credit.estimators.registry import get_estimator, make_config
 from bepo_jax.agent.train.loop import restore_latest
 from experiments.claims import EXPERIMENTS, SCALES, arm_config, base_config, finished_run, fmt, scale_fields
 from experiments.common import ROOT, command, machine, parser, write_json, write_report
-from experiments.readme_tables import credit_mass_lines
+from experiments.formatting import credit_mass_lines
 
 MASS_KEY = 20_011  # the batches' key (+ the seed); the runs used seed + iteration
 TOL = 1e-6  # |A| above it counts as credit

@@ -39,7 +39,7 @@ from bepo_jax.agent.train.rundir import HELD_OUT_FILE, is_finished_run_of
 
 from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines, write_text
 from .confirmatory import LOG_TIME_FORMAT, _events, _log, decision, holm, paired_test
-from .readme_tables import llm_confirmatory_lines, size_verdict
+from .formatting import llm_confirmatory_lines, size_verdict
 
 RECORD_FILES = ("config.json", "metrics.jsonl", HELD_OUT_FILE)  # what the report and ``pending`` read
 ENDPOINTS = {"eval": "held-out", "eval_train": "training games"}  # a run's evaluations, by their metrics' prefix

@@ -60,7 +60,7 @@ from experiments.claims import (
 )
 from bepo_jax.agent.envs.pools import task_ids
 from experiments.common import ROOT, command, machine, parser, write_json, write_report
-from experiments.readme_tables import (
+from experiments.formatting import (
     points,
     rescore_contrasts,
     rescore_spans,

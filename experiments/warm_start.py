@@ -41,7 +41,7 @@ import numpy as np
 from bepo_jax.agent.train import RunConfig, mean_ci
 from bepo_jax.agent.train.sft import SFTConfig, sft
 from experiments import claims
-from experiments.readme_tables import REGIME, _claims, regime_lines, warm_start_sentence
+from experiments.formatting import REGIME, claims_table, regime_lines, warm_start_sentence
 from experiments.common import ROOT, parser, write_json
 
 EXPERIMENT = "warm_start"
@@ -165,7 +165,7 @@ def report(results: Path) -> None:
     extra += ["Per iteration, mean ± 95% t over seeds (graph estimators record the first two; the gate's share is "
               "the share of records with >= 2 distinct successors for the BEPO family and of records in a repeated "
               "state for GiGPO):", "", *regime_lines(reg), "",
-              "## The paper's claims from the warm start", "", _claims(EXPERIMENT, info)]
+              "## The paper's claims from the warm start", "", claims_table(info)]
     (results / f"{EXPERIMENT}.md").write_text(md + "\n" + "\n".join(extra) + "\n")
     print(f"wrote {results / EXPERIMENT}.json/.md")
 

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from bepo_jax.cli import _run_config, build_parser
-from experiments import claims, readme_tables
+from experiments import claims, formatting
 
 from tests.experiments.conftest import E1_SMOKE
 
@@ -122,7 +122,7 @@ def test_contrasts_combine_arms_seed_by_seed():
     ref = claims.summarize(per_arm, "gated_bepo")["grpo"]["held_out_after_minus_gated_bepo"]
     assert out["gated_bepo - grpo"]["held_out"] == pytest.approx((-ref[0], ref[1]))
     lines = claims.contrast_lines(out, ["gap change, pool_32"])
-    assert any(line.startswith("| gap change, groups_8 | " + readme_tables.points(c["held_out"])) for line in lines)
+    assert any(line.startswith("| gap change, groups_8 | " + formatting.points(c["held_out"])) for line in lines)
     assert lines[-1] == "Contrasts waiting for arms not run yet: gap change, pool_32."
     # a contrast naming an arm the experiment does not have is refused where it is defined
     with pytest.raises(ValueError, match="gated-bepo"):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from experiments import claims, confirmatory as cf
-from experiments.readme_tables import size_verdict
+from experiments.formatting import size_verdict
 
 
 def test_the_protocol_is_fixed_in_code():
@@ -141,7 +141,8 @@ def test_unit_commits_are_those_of_the_starts_that_finished():
 def test_a_complete_family_is_decided_in_the_readme_and_the_results_page():
     """The README's bullets and docs/results.md's table once every primary contrast has its numbers: Holm's
     adjusted p and decision beside each (the p-values chosen so that Holm by hand gives 0.0004, 0.06, 0.4, 0.4)."""
-    from experiments.readme_tables import _confirmatory_headline, confirmatory_primary
+    from experiments.formatting import confirmatory_primary
+    from experiments.readme_tables import _confirmatory_headline
 
     primary = [c.name for c in claims.CONFIRMATORY_PRIMARY]
     p = dict(zip(primary, (0.2, 0.3, 0.0001, 0.02)))
