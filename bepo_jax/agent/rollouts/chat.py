@@ -65,10 +65,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ...credit.configs import check_bool, check_choice, check_int, check_range
+from ...credit.configs import check_bool, check_choice, check_int
 from ...credit.hashing import action_keys, hash_observations
 from ..models.generate import left_pad
-from .jitted import Rollout, decode_responses, finish_rollout
+from .jitted import Rollout, check_sampling_fields, decode_responses, finish_rollout
 
 FORMATS = ("bare", "tag")
 # The worked turn (``example``): a made-up room whose objects no generated game shares, so copying
@@ -115,11 +115,7 @@ class ChatRolloutConfig:
 
     def __post_init__(self):
         n = "ChatRolloutConfig"
-        check_int(n, "group_size", self.group_size, lo=1)
-        check_int(n, "prompt_history", self.prompt_history, lo=0)
-        check_range(n, "temperature", self.temperature, lo=0.0, lo_open=True)
-        check_int(n, "max_reply", self.max_reply, lo=2)
-        check_range(n, "invalid_penalty", self.invalid_penalty, hi=0.0)
+        check_sampling_fields(n, self, "max_reply")
         check_choice(n, "action_format", self.action_format, FORMATS)
         for f in ("constrained", "example", "state_with_commands", "reuse_cache"):
             check_bool(n, f, getattr(self, f))

@@ -62,13 +62,19 @@ class RolloutConfig:
     decode: str = "auto"
 
     def __post_init__(self):
-        n = "RolloutConfig"
-        check_int(n, "group_size", self.group_size, lo=1)
-        check_int(n, "prompt_history", self.prompt_history, lo=0)
-        check_range(n, "temperature", self.temperature, lo=0.0, lo_open=True)
-        check_int(n, "max_response", self.max_response, lo=2)
-        check_range(n, "invalid_penalty", self.invalid_penalty, hi=0.0)
-        check_choice(n, "decode", self.decode, DECODES)
+        check_sampling_fields("RolloutConfig", self, "max_response")
+        check_choice("RolloutConfig", "decode", self.decode, DECODES)
+
+
+def check_sampling_fields(name: str, cfg, reply_field: str) -> None:
+    """The checks every rollout config shares (``RolloutConfig``, ``ChatRolloutConfig``): group_size >= 1,
+    prompt_history >= 0, temperature > 0, the reply's length ``reply_field`` >= 2 (a token and the end),
+    invalid_penalty <= 0."""
+    check_int(name, "group_size", cfg.group_size, lo=1)
+    check_int(name, "prompt_history", cfg.prompt_history, lo=0)
+    check_range(name, "temperature", cfg.temperature, lo=0.0, lo_open=True)
+    check_int(name, reply_field, getattr(cfg, reply_field), lo=2)
+    check_range(name, "invalid_penalty", cfg.invalid_penalty, hi=0.0)
 
 
 def prompt_length(obs_len: int, prompt_history: int, word_len: int, task_len: int = 0) -> int:
