@@ -170,7 +170,8 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError("eval --model scores games you name: add --games DIR or --game-seeds A-B.")
     if args.episodes is not None and not (args.games or args.game_seeds):
         raise ValueError("eval: --episodes applies to --games DIR or --game-seeds A-B; a run's own held-out tasks "
-                         "(--tasks) are played with the run's group size per task. Drop --episodes, or name the games.")
+                         "(--tasks) are played with the run's eval_episodes per task (0: its group size). Drop --episodes, or name the "
+                         "games.")
     games = game_eval.games_in(args.games) if args.games else None  # checked before any model loads
     seeds = game_eval.parse_seeds(args.game_seeds) if args.game_seeds else None
     for flag in ("episodes", "batch", "quest_length"):

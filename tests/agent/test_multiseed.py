@@ -55,6 +55,21 @@ def test_each_vmapped_seed_equals_its_single_run(sharded, runs_per_step):
     assert per_seed[0][0]["env_steps"] != per_seed[1][0]["env_steps"] or per_seed[0][0]["loss"] != per_seed[1][0]["loss"]
 
 
+def test_the_seed_batch_evaluates_as_each_single_run_does_with_its_eval_episodes():
+    """``evaluate_all`` is every seed's ``Setup.evaluate``: the same tasks, key and ``eval_episodes`` per task
+    (3 here, not the group size 4)."""
+    cfg = CFG.replace(eval_episodes=3)
+    runs = SeedBatch(cfg, [0, 1])
+    states = runs.init_states()
+    got = runs.evaluate_all(states, [7, 8])
+    for i, seed in enumerate((0, 1)):
+        setup = Setup(cfg.replace(seed=seed))
+        want = setup.evaluate(unstack(states, i).params, seed=7 + i)
+        assert got[i]["task_ids"] == want["task_ids"]
+        np.testing.assert_allclose(got[i]["per_task"], want["per_task"], atol=1e-6)
+        assert all(abs(3 * p - round(3 * p)) < 1e-9 for p in got[i]["per_task"])  # thirds: 3 episodes per task
+
+
 def test_seed_batch_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match="seeds must differ"):
         SeedBatch(CFG, [1, 1])

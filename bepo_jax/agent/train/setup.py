@@ -15,7 +15,6 @@ computes the advantages and the update.
 from __future__ import annotations
 
 import dataclasses
-
 import math
 from pathlib import Path
 from typing import Optional
