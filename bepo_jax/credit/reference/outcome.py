@@ -38,6 +38,13 @@ def ref_returns(rewards, gamma):
     return out
 
 
+def ref_scored_returns(reward, penalty, L, gamma):
+    """Per trajectory k of one group, each step's discounted return plus that step's penalty:
+    y[k][t] = sum_{j >= t} gamma^(j - t) r_{k,j} + penalty_{k,t}, for t < L[k]."""
+    return [[g + float(penalty[k, t]) for t, g in enumerate(ref_returns(list(map(float, reward[k, : L[k]])), gamma))]
+            for k in range(len(L))]
+
+
 def ref_outcome(reward, penalty, mask, *, norm, weighting, std, eps):
     """docs/estimators.md, outcome advantage for one group [K, T]."""
     K, T = mask.shape
@@ -93,11 +100,9 @@ def ref_gigpo(batch_np, *, gamma, omega, norm, weighting, std, eps):
     obs, reward, mask, outcome, penalty = batch_np
     out = []
     for b in range(mask.shape[0]):
-        K, T = mask[b].shape
         L = lengths(mask[b])
         a_ep = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
-        y = [[g + float(penalty[b][k, t]) for t, g in enumerate(ref_returns(list(map(float, reward[b][k, : L[k]])), gamma))]
-             for k in range(K)]
+        y = ref_scored_returns(reward[b], penalty[b], L, gamma)
         a_st = ref_step_groups(y, obs[b], mask[b], norm=norm, std=std, eps=eps)
         out.append(a_ep + omega * a_st)
     return np.stack(out)
@@ -110,8 +115,7 @@ def ref_hgpo(batch_np, *, history_length, length_weight_alpha, base_group, norm,
     for b in range(mask.shape[0]):
         K, T = mask[b].shape
         L = lengths(mask[b])
-        y = [[g + float(penalty[b][k, t]) for t, g in enumerate(ref_returns(list(map(float, reward[b][k, : L[k]])), gamma))]
-             for k in range(K)]
+        y = ref_scored_returns(reward[b], penalty[b], L, gamma)
         base = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting="step", std="unbiased", eps=eps)
         clusters = defaultdict(list)
         for k in range(K):

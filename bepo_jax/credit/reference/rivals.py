@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .outcome import _ddof, _std, lengths, ref_outcome, ref_returns
+from .outcome import _ddof, _std, lengths, ref_outcome, ref_returns, ref_scored_returns
 
 
 def _verl_rows(reward, penalty, L):
@@ -185,17 +185,28 @@ def _anchor_records(obs, reward, mask, outcome, penalty, actions, gamma):
     observation, or the END of the outcome)."""
     K = mask.shape[0]
     L = lengths(mask)
+    scored = ref_scored_returns(reward, penalty, L, gamma)
     y, at = {}, defaultdict(list)
     for k in range(K):
-        G = ref_returns(list(map(float, reward[k, : L[k]])), gamma)
         for t in range(L[k]):
-            y[(k, t)] = G[t] + float(penalty[k, t])
+            y[(k, t)] = scored[k][t]
             if actions is not None:
                 act = tuple(actions[k, t])
             else:
                 act = tuple(obs[k, t + 1]) if t + 1 < L[k] else ("END", int(outcome[k]))
             at[tuple(obs[k, t])].append(((k, t), act))
     return y, at
+
+
+def _contested(at, y):
+    """Each anchor's records and their step returns by action ({action: [y]}), for the anchors where two or
+    more distinct actions were taken (the others get no action credit)."""
+    for recs in at.values():
+        by_action = defaultdict(list)
+        for r, act in recs:
+            by_action[act].append(y[r])
+        if len(by_action) >= 2:
+            yield recs, by_action
 
 
 def ref_ecpo(batch_np, actions=None, *, gamma=0.95, kappa=2.0, tau=4.0, omega=1.0, gate="variance",
@@ -212,12 +223,7 @@ def ref_ecpo(batch_np, actions=None, *, gamma=0.95, kappa=2.0, tau=4.0, omega=1.
         y, at = _anchor_records(obs[b], reward[b], mask[b], outcome[b], penalty[b],
                                 None if actions is None else actions[b], gamma)
         value, weight = {}, {}  # per record at an anchor with two or more actions: mu~ - mu(s), rho(s)
-        for recs in at.values():
-            by_action = defaultdict(list)
-            for r, act in recs:
-                by_action[act].append(y[r])
-            if len(by_action) < 2:
-                continue
+        for recs, by_action in _contested(at, y):
             n = len(recs)
             means = {a: sum(v) / len(v) for a, v in by_action.items()}
             mu = sum(y[r] for r, _ in recs) / n if anchor == "rows" else sum(means.values()) / len(means)
@@ -252,12 +258,7 @@ def ref_ecpo_abstract(batch_np, actions=None, *, gamma=0.95, omega=1.0, kappa=1.
         a_ep = ref_outcome(reward[b], penalty[b], mask[b], norm=norm, weighting=weighting, std=std, eps=eps)
         y, at = _anchor_records(obs[b], reward[b], mask[b], outcome[b], penalty[b],
                                 None if actions is None else actions[b], gamma)
-        for recs in at.values():
-            by_action = defaultdict(list)
-            for r, act in recs:
-                by_action[act].append(y[r])
-            if len(by_action) < 2:
-                continue
+        for recs, by_action in _contested(at, y):
             vals = [y[r] for r, _ in recs]
             means = {a: sum(v) / len(v) for a, v in by_action.items()}
             base = sum(vals) / len(vals) if anchor == "rows" else sum(means.values()) / len(means)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def ref_leader_clusters(n, similar, valid=None):
     """The reference recipes' clustering as a loop (verl-agent ``build_step_group`` with
