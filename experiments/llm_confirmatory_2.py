@@ -118,7 +118,7 @@ def power(argv=None) -> dict:
     p = PILOT.report()  # the training games' endpoint: no held-out number is read
     diffs = p["contrasts"]["gated_bepo - grpo"]["per_seed"]
     finals = {(a, s): PILOT.final(PILOT.source(a, s)) for a in PILOT.arms for s in p["seeds_complete"]}
-    K = PILOT.config("grpo", 0).eval_episodes or PILOT.config("grpo", 0).group_size
+    K = PILOT.config("grpo", 0).episodes_per_evaluation
     floors = [evaluation_sd(finals["gated_bepo", s]["per_game"], finals["grpo", s]["per_game"], K)
               for s in p["seeds_complete"]]
     w = wall_hours(p["events"])

@@ -92,7 +92,7 @@ def record(out: Path, dest: Path, name: str = RECIPE) -> dict:
         "recipe": cfg.to_dict(),
         "provenance": provenance(cfg, name, out, evals),
         "iterations": last["iteration"],
-        "held_out": {"games": first["eval/tasks"], "episodes_per_game": cfg.eval_episodes or cfg.group_size,
+        "held_out": {"games": first["eval/tasks"], "episodes_per_game": cfg.episodes_per_evaluation,
                      "initial": first["eval/success_rate"], "initial_ci95": first["eval/ci95"],
                      "final": last["eval/success_rate"], "final_ci95": last["eval/ci95"],
                      "paired_change": change, "paired_change_ci95": ci,

@@ -83,6 +83,11 @@ class LLMTest:
         self.results_dir = Path(self.results_dir or RESULTS / self.name)
 
     # -- the runs ------------------------------------------------------------------------------------
+    @property
+    def iterations(self) -> int:
+        """Every run's length (the recipe's, or the protocol's override)."""
+        return recipe(self.base).replace(**self.overrides).iterations
+
     def config(self, arm: str, seed: int) -> RunConfig:
         """The run config of one (arm, seed): the recipe with the protocol's overrides."""
         return recipe(self.base).replace(estimator=arm, seed=seed, **self.overrides)
@@ -182,7 +187,7 @@ class LLMTest:
         rows = read_metrics(d) if (d / "metrics.jsonl").exists() else []
         key = f"{self.endpoint}/success_rate"
         evals = [r for r in rows if key in r]
-        if len(evals) < 2 or evals[-1]["iteration"] != self.overrides.get("iterations", recipe(self.base).iterations):
+        if len(evals) < 2 or evals[-1]["iteration"] != self.iterations:
             return None
         its = [r for r in rows if r["iteration"] > 0]
 
@@ -221,7 +226,7 @@ class LLMTest:
                 contrasts[k]["holm"] = {**h, "decision": decision(contrasts[k]["test"], h)}
         res = {"command": command(self.name), "protocol": self.protocol, "recipe": self.base, "arms": self.arms,
                "seeds": self.seeds, "endpoint": self.endpoint, "overrides": self.overrides,
-               "iterations": self.config(self.arms[0], self.seeds[0]).iterations, "edge_iterations": EDGE,
+               "iterations": self.iterations, "edge_iterations": EDGE,
                "seeds_complete": complete, "family_complete": family_complete, "contrasts": contrasts,
                "arms_summary": {a: {"final": [runs[a][s]["final"] for s in complete],
                                     "initial": [runs[a][s]["initial"] for s in complete],

@@ -95,6 +95,11 @@ class RunConfig:
     similarity: float = 0.0
 
     @property
+    def episodes_per_evaluation(self) -> int:
+        """Episodes an evaluation plays per task: ``eval_episodes``, or the group size where it is 0."""
+        return self.eval_episodes or self.group_size
+
+    @property
     def pretrained(self) -> bool:
         """Whether the policy is a pretrained model (``model`` set)."""
         return bool(self.model)

@@ -104,7 +104,7 @@ class SeedBatch:
         self.setups = [Setup(cfg.replace(seed=s), env=env, held_out=held_out) for s in seeds]
         self.tasks = self.place(stack([jax.tree_util.tree_map(jnp.asarray, s.train_tasks) for s in self.setups]))
         self._step = jax.jit(self._iteration, donate_argnums=(0,))
-        evaluate = self.setups[0].rollout_for(cfg.eval_episodes)  # Setup.evaluate's rollout: eval_episodes per task
+        evaluate = self.setups[0].rollout_for(cfg.episodes_per_evaluation)  # Setup.evaluate's rollout
         self._eval = jax.jit(lambda params, pools, keys: self._over_runs(evaluate, params, pools, keys))
         self._eval_pools, self._eval_ids = {}, {}
 

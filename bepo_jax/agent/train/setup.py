@@ -311,7 +311,7 @@ class Setup:
         key = jax.random.PRNGKey(seed)
         tasks = self.eval_tasks(n_tasks=n_tasks, training=training)
         ids = self.task_ids_of(tasks)
-        K = self.cfg.eval_episodes
+        K = self.cfg.episodes_per_evaluation
         if self.host:  # EVAL_BATCH tasks at a time (bounded memory); the first batch with ``key`` itself
             outs = rollouts_in_batches(self.rollout_for(K), params, tasks, key, EVAL_BATCH)
             return evaluation(np.concatenate([np.asarray(o.success) for o in outs]),
