@@ -104,7 +104,7 @@ class KeyDoorEnv:
 
 
 def make_env(cfg) -> KeyDoorEnv:
-    """The factory for ``--env examples.key_door:make_env``: gets the RunConfig."""
+    """The factory for ``--env examples.key_door:make_env``: gets the run's env part (``EnvPart``)."""
     return KeyDoorEnv(max_steps=cfg.max_steps or 14)
 
 

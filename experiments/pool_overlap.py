@@ -37,7 +37,8 @@ import numpy as np
 from bepo_jax.agent.envs.registry import make_jax_env
 from bepo_jax.agent.train import RunConfig
 from bepo_jax.agent.train.init_from import trained_configs
-from bepo_jax.agent.train.setup import Setup, held_out_pool, training_pool
+from bepo_jax.agent.train.pieces import held_out_pool, training_pool
+from bepo_jax.agent.train.setup import Setup
 from experiments import claims, confirmatory
 from experiments.common import ROOT, command, machine, parser, write_json
 from experiments.warm_start import warm_config

@@ -9,7 +9,7 @@ import pytest
 from bepo_jax.agent.envs.pools import first_new
 from bepo_jax.agent.envs.sokoban import level_at
 from bepo_jax.agent.train import EVAL_SEED_OFFSET, RunConfig, Setup
-from bepo_jax.agent.train.llm_setup import JaxTextGames
+from bepo_jax.agent.train.pieces import JaxTextGames
 
 
 def _levels(tasks) -> list[tuple]:

@@ -12,8 +12,9 @@ run directory's ``config.json`` says what it trained on and ``--resume`` finds i
 * an import path ``"package.module:factory"`` — imported on use, so the CLI, ``compare``
   and a resumed run in a fresh process find it without registering anything.
 
-A factory is called with the run's config (``RunConfig``: ``max_steps``, ``boxes``,
-``seed`` and the other knobs are there to read) and returns an object satisfying
+A factory is called with the run's environment part (``train.parts.EnvPart``: ``name``, ``max_steps``,
+``task_pool``, ``boxes``, ``rooms``, ``objects``, ``quest_length`` and ``seed`` are there to read) and
+returns an object satisfying
 ``bepo_jax.agent.envs.base.JaxEnv`` (README, "Bring your own environment").
 """
 
@@ -55,7 +56,7 @@ def _diagnostic(name):
     return build
 
 
-# name -> factory(run config); a factory reads max_steps (0 = the environment's own) and boxes
+# name -> factory(env part); a factory reads max_steps (0 = the environment's own) and boxes
 JAX_BUILTINS: dict[str, Callable[[Any], JaxEnv]] = {
     "sokoban": _sokoban, "sokoban_hard": _sokoban_hard, "maze": _maze,
     **{n: _diagnostic(n) for n in ("key_door", "bump", "aliased", "loop", "slippery")}}
@@ -68,7 +69,7 @@ _REGISTRY: dict[str, Callable[[Any], JaxEnv]] = {}
 
 
 def register_env(name: str, factory: Callable[[Any], JaxEnv], *, overwrite: bool = False) -> None:
-    """Make ``name`` usable as ``RunConfig.env``: ``factory(run_config)`` -> a ``JaxEnv``.
+    """Make ``name`` usable as ``RunConfig.env``: ``factory(env_part)`` -> a ``JaxEnv`` (``train.parts.EnvPart``).
 
     Built-in names cannot be replaced; an existing registration only with ``overwrite``."""
     if not isinstance(name, str) or not name or ":" in name:
@@ -77,7 +78,7 @@ def register_env(name: str, factory: Callable[[Any], JaxEnv], *, overwrite: bool
     if name in BUILTIN_ENVS:
         raise ValueError(f"register_env: {name!r} is a built-in environment; choose another name.")
     if not callable(factory):
-        raise ValueError(f"register_env({name!r}): factory must be callable (run_config -> JaxEnv); got {factory!r}.")
+        raise ValueError(f"register_env({name!r}): factory must be callable (env part -> JaxEnv); got {factory!r}.")
     if name in _REGISTRY and not overwrite and _REGISTRY[name] is not factory:
         raise ValueError(f"register_env: {name!r} is already registered; pass overwrite=True to replace it.")
     _REGISTRY[name] = factory
@@ -101,7 +102,7 @@ def _import_factory(path: str) -> Callable[[Any], JaxEnv]:
             raise ValueError(f"env={path!r}: {module!r} has no attribute {attr!r}.")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ValueError(f"env={path!r}: {attr!r} is not callable (a factory run_config -> JaxEnv).")
+        raise ValueError(f"env={path!r}: {attr!r} is not callable (a factory env part -> JaxEnv).")
     return obj
 
 
@@ -120,25 +121,31 @@ def is_host_env(name: str) -> bool:
     return name in HOST_ENVS
 
 
+def env_part(cfg: Any) -> Any:
+    """The environment part of ``cfg``: a run config's (``RunConfig.parts.env``), or ``cfg`` itself."""
+    parts = getattr(cfg, "parts", None)
+    return parts.env if parts is not None else cfg
+
+
 def make_host_env(name: str, cfg: Any, games_dir=None, *, eval_seed_offset: int, held_out: str = DEFAULT_HELD_OUT):
-    """The host environment ``name`` of the run config ``cfg``: its tasks, shapes and host-rollout
+    """The host environment ``name`` of the env part ``cfg`` (or a run config): its tasks, shapes and host-rollout
     arguments (``envs.textworld_env.TextWorldRun``); ``held_out``: how its held-out games are kept
     apart from its training games (``TextWorldRun.held_out``)."""
     if name != "textworld":
         raise ValueError(f"{name!r} is not a host environment; host environments: {', '.join(HOST_ENVS)}.")
     from .textworld_env import TextWorldRun
 
-    return TextWorldRun(cfg, games_dir, eval_seed_offset=eval_seed_offset, held_out=held_out)
+    return TextWorldRun(env_part(cfg), games_dir, eval_seed_offset=eval_seed_offset, held_out=held_out)
 
 
 def make_jax_env(name: str, cfg: Any) -> JaxEnv:
-    """The JAX environment ``name`` built for the run config ``cfg``."""
+    """The JAX environment ``name`` built by its factory from the env part ``cfg`` (or a run config's)."""
     if name in HOST_ENVS:
         raise ValueError(f"{name!r} is a host environment (bepo_jax.agent.rollouts.host), not a JAX one.")
     factory = JAX_BUILTINS.get(name) or (_import_factory(name) if ":" in name else _REGISTRY.get(name))
     if factory is None:
         check_env_name(name)  # raises with the valid names
-    env = factory(cfg)
+    env = factory(env_part(cfg))
     missing = [a for a in ("name", "action_words", "max_steps", "obs_len", "noop_reward", "sample_tasks", "reset",
                            "step", "render", "observation") if not hasattr(env, a)]
     if missing:

@@ -61,3 +61,9 @@ def trained_configs(cfg: RunConfig) -> list[RunConfig]:
         seen.add(run.resolve())
         out.append(stored)
     return out
+
+
+def earlier_env_parts(cfg: RunConfig) -> list:
+    """The env parts (``train.parts.EnvPart``) of every run ``cfg`` starts from (``trained_configs``
+    after ``cfg`` itself): their training pools are kept out of ``cfg``'s held-out tasks."""
+    return [c.parts.env for c in trained_configs(cfg)[1:]]

@@ -1,4 +1,6 @@
-"""A run's pieces: environment, policy, trainer, and the iteration as pure functions.
+"""A run: its pieces (``train.pieces``, each from its part of the config), the iteration written once
+(``Setup.iterate``) over the one small interface a policy implements (``PolicySide``: the character
+policy here, a pretrained chat model in ``llm_setup``), and evaluation.
 
     for it in 1..iterations:
         tasks  <- B tasks from the training pool (K trajectories each, identical resets)
@@ -16,57 +18,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
-from ..envs.pools import DEFAULT_HELD_OUT, HELD_OUT_POOLS
-from ..envs.registry import is_host_env, make_host_env, make_jax_env
-from ..envs.text import VOCAB
-from ...credit.estimators.registry import get_estimator, make_config
-from ..models import DecoderLM, TransformerConfig
-from ..rl.loss import PPOLossConfig
-from ..rl.train_step import TrainConfig, Trainer, TrainState, UpdateBatch
-from ..rollouts.jitted import Rollout, RolloutConfig, make_rollout, prompt_length
+from ..envs.pools import DEFAULT_HELD_OUT
+from ..rl.train_step import Trainer, TrainState, UpdateBatch
+from ..rollouts.jitted import Rollout, prompt_length
+from ..rollouts.jitted import make_rollout as make_jitted_rollout
 from ...credit.tokens import to_token_advantages
-from .config import EVAL_SEED_OFFSET, RunConfig
-from .init_from import load_initial_params, trained_configs
+from . import pieces
+from .config import RunConfig
+from .init_from import earlier_env_parts, load_initial_params
+from .pieces import held_out_pool
 from .report import mean_ci
-
-MIN_RESPONSE = 8  # response tokens at least (the action word and its EOS must fit)
-DEFAULT_POOL = 32  # training tasks of a JAX environment when task_pool is 0
-
-
-def training_pool(env, cfg: RunConfig):
-    """A JAX environment's training tasks for ``cfg``: the first ``task_pool`` (default
-    DEFAULT_POOL) of ``env.sample_tasks(., cfg.seed)``."""
-    return env.sample_tasks(cfg.task_pool or DEFAULT_POOL, cfg.seed)
-
-
-def held_out_pool(env, cfg: RunConfig, n: int, train_tasks=None, *, pools: str = DEFAULT_HELD_OUT):
-    """A JAX environment's first ``n`` held-out tasks for ``cfg``: the sequence from ``seed +
-    EVAL_SEED_OFFSET`` without any task whose content (``task_signatures``) is in the run's training
-    pool, in the pool of a run it starts from (``init_from``: a warm start's demonstration levels),
-    or earlier in the pool (``envs.pools``); "structural" and "disjoint" are the same here (a level's
-    arrays are its structure). An environment without ``task_signatures``, or ``pools`` "seeded" (a run
-    written before the pools were disjoint: ``rundir.held_out_pools``), keeps the plain seeded sequence.
-    ``train_tasks``: the run's own training pool, when already drawn."""
-    from ..envs.pools import disjoint_tasks, has_signatures
-
-    if pools not in HELD_OUT_POOLS:
-        raise ValueError(f"held-out pools {pools!r}: choose one of {', '.join(HELD_OUT_POOLS)}.")
-    seed = cfg.seed + EVAL_SEED_OFFSET
-    if pools == "seeded" or not has_signatures(env):
-        return env.sample_tasks(n, seed)
-    exclude = set()
-    for i, c in enumerate(trained_configs(cfg)):
-        exclude.update(env.task_signatures(train_tasks if i == 0 and train_tasks is not None
-                                           else training_pool(env, c)))
-    return disjoint_tasks(env, n, seed, exclude)
 
 
 def pool_digests(cfg: RunConfig, *, pools: str = DEFAULT_HELD_OUT, cache_dir: Optional[Path] = None) -> dict:
@@ -78,21 +47,69 @@ def pool_digests(cfg: RunConfig, *, pools: str = DEFAULT_HELD_OUT, cache_dir: Op
     the current code, so a change to either pool cannot leave the result quietly stale."""
     import hashlib
 
-    if is_host_env(cfg.env):
-        env = make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET, held_out=pools)
-        train, held = env.train_tasks, env.held_out(cfg.eval_tasks)
-    else:
-        env = make_jax_env(cfg.env, cfg)
-        train = training_pool(env, cfg)
-        held = held_out_pool(env, cfg, cfg.eval_tasks, train, pools=pools)
+    t = pieces.tasks(cfg.parts.env, n_eval=cfg.eval_tasks, earlier=earlier_env_parts(cfg), cache_dir=cache_dir,
+                     held_out=pools)
+    env, train, held = t.env, t.train, t.eval_pool
     if not hasattr(env, "task_signatures"):
         raise ValueError(f"pool_digests: environment {cfg.env!r} has no task_signatures; its pools cannot be digested.")
     one = lambda tasks: hashlib.sha256("\n".join(env.task_signatures(tasks)).encode()).hexdigest()
     return {"train": one(train), "held_out": one(held)}
 
 
+class PolicySide(Protocol):
+    """What an iteration asks of its policy: the one small interface the character policy
+    (``CharacterPolicy``) and a pretrained chat model (``llm_setup.ChatPolicy``) each implement;
+    ``Setup.iterate`` is the iteration, written once for both."""
+
+    def make_rollout(self, config):
+        """A rollout ``(params, tasks, key) -> Rollout`` of ``config``'s episodes."""
+
+    def frozen_inputs(self):
+        """The arrays the update reads but does not train (an argument of the jitted update, never a
+        constant compiled into it), or None."""
+
+    def credit_batch(self, ro: Rollout):
+        """The StepBatch the estimator reads (traceable)."""
+
+    def update_args(self, ro: Rollout, frozen) -> dict:
+        """``Setup.learn_from``'s keywords for this rollout: the trainer of its shape, the KL reference's
+        log-probs, the frozen parameters (traceable)."""
+
+    def rollout_metrics(self, rollout, seconds: float) -> dict:
+        """The host's numbers of an iteration that took ``seconds``, read from ``rollout`` (the object
+        ``make_rollout`` returned)."""
+
+
+class CharacterPolicy:
+    """The character policy's side of an iteration (``PolicySide``): its rollouts (one jitted program
+    with a JAX environment, the host loop with TextWorld), every parameter trained, the rollout's own
+    StepBatch for the estimator, the run's trainer."""
+
+    def __init__(self, model, env, host: bool):
+        self.model, self.env, self.host = model, env, host
+
+    def make_rollout(self, config):
+        if self.host:
+            from ..rollouts.host import make_host_rollout
+
+            return make_host_rollout(self.model, config=config, **self.env.rollout_args())
+        return make_jitted_rollout(self.model, self.env, config)
+
+    def frozen_inputs(self):
+        return None
+
+    def credit_batch(self, ro: Rollout):
+        return ro.batch
+
+    def update_args(self, ro: Rollout, frozen) -> dict:
+        return {}
+
+    def rollout_metrics(self, rollout, seconds: float) -> dict:
+        return {}
+
+
 class Setup:
-    """The environment, policy, trainer and rollout functions of a run config."""
+    """A run's pieces (``train.pieces``, each from its part of the config) and its iteration."""
 
     def __init__(self, cfg: RunConfig, *, cache_dir: Optional[Path] = None, env=None,
                  held_out: str = DEFAULT_HELD_OUT):
@@ -100,49 +117,36 @@ class Setup:
         then only a label in ``config.json``); ``held_out``: the held-out pools (``HELD_OUT_POOLS``;
         an existing run's kind: ``rundir.held_out_pools``)."""
         self.cfg = cfg
+        parts = self.parts = cfg.parts
         self.held_out = held_out
-        self.host = env is None and is_host_env(cfg.env)
+        # the pieces in order, each from its part: tasks, rollout, policy, trainer, credit
+        self.earlier = earlier_env_parts(cfg)  # the env parts of the runs it starts from (init_from)
+        self.env, self.host, self.train_tasks, self.pool_size, self.max_steps, self.eval_pool = pieces.tasks(
+            parts.env, n_eval=parts.schedule.eval_tasks, earlier=self.earlier, cache_dir=cache_dir, held_out=held_out,
+            instance=env)
         if self.host:
-            self.env = make_host_env(cfg.env, cfg, cache_dir, eval_seed_offset=EVAL_SEED_OFFSET, held_out=held_out)
-            word, pool, self.max_steps = self.env.word_width, self.env.pool, self.env.max_steps
-            self.train_tasks = self.env.train_tasks
-            self.eval_pool = self.env.held_out(cfg.eval_tasks)
-            P = prompt_length(self.env.obs_len, cfg.prompt_history, word, self.env.task_len)
+            word = self.env.word_width
+            P = prompt_length(self.env.obs_len, parts.rollout.prompt_history, word, self.env.task_len)
         else:
-            self.env = env if env is not None else make_jax_env(cfg.env, cfg)
             word = max(len(w) for w in self.env.action_words)
-            P = prompt_length(self.env.obs_len, cfg.prompt_history, word)
-            self.max_steps = self.env.max_steps
-            pool = cfg.task_pool or DEFAULT_POOL
-            self.train_tasks = training_pool(self.env, cfg)
-            self.eval_pool = held_out_pool(self.env, cfg, cfg.eval_tasks, self.train_tasks, pools=held_out)
-        # The response holds the longest action word (or command) and its EOS (at least MIN_RESPONSE tokens).
-        self.rollout_cfg = RolloutConfig(group_size=cfg.group_size, prompt_history=cfg.prompt_history,
-                                         temperature=cfg.temperature, constrained=cfg.constrained,
-                                         invalid_penalty=cfg.invalid_penalty, max_response=max(MIN_RESPONSE, word + 1))
-        self.pool_size = pool
-        self.model = DecoderLM(TransformerConfig(vocab=VOCAB, layers=cfg.layers, width=cfg.width, heads=cfg.heads,
-                                                 head_init_scale=cfg.head_init_scale,
-                                                 context=P + self.rollout_cfg.max_response), rngs=nnx.Rngs(cfg.seed))
-        self.trainer = Trainer(self.model, TrainConfig(
-            learning_rate=cfg.learning_rate, total_steps=cfg.iterations, ppo_epochs=cfg.ppo_epochs,
-            num_minibatches=cfg.num_minibatches, loss=PPOLossConfig(entropy_coef=cfg.entropy_coef), seed=cfg.seed,
-            score_from=P - 1))  # the rollouts' responses start at position P (prompt + response layout)
-        self.estimator = get_estimator(cfg.estimator)
-        self.est_cfg = make_config(cfg.estimator, **cfg.estimator_config)
-        self.rollout = self._make_rollout(self.rollout_cfg)
-        self._iteration = None  # jitted on first use
+            P = prompt_length(self.env.obs_len, parts.rollout.prompt_history, word)
+        self.rollout_cfg = pieces.char_rollout_config(parts.rollout, word=word)
+        self.model = pieces.char_policy(parts.policy, context=P + self.rollout_cfg.max_response)
+        # the rollouts' responses start at position P (prompt + response layout)
+        self.trainer = Trainer(self.model, pieces.train_config(parts.optim, iterations=parts.schedule.iterations,
+                                                               seed=parts.schedule.seed, pretrained=False,
+                                                               score_from=P - 1))
+        self.estimator, self.est_cfg = pieces.estimator(parts.credit)
+        self.policy: PolicySide = CharacterPolicy(self.model, self.env, self.host)
+        self._start()
+
+    def _start(self) -> None:
+        """The run's rollout, and the programs compiled on first use."""
+        self.rollout = self.policy.make_rollout(self.rollout_cfg)
+        self._iteration = None
         self._update = None
         self._eval = {}
         self._rollouts = {}
-
-    def _make_rollout(self, rollout_cfg):
-        """A rollout of the run's policy and environment under ``rollout_cfg``."""
-        if self.host:
-            from ..rollouts.host import make_host_rollout
-
-            return make_host_rollout(self.model, config=rollout_cfg, **self.env.rollout_args())
-        return make_rollout(self.model, self.env, rollout_cfg)
 
     def rollout_for(self, episodes: int = 0):
         """The run's rollout with ``episodes`` episodes per task: the run's own (its programs compiled) for
@@ -150,7 +154,8 @@ class Setup:
         if episodes in (0, self.rollout_cfg.group_size):
             return self.rollout
         if episodes not in self._rollouts:
-            self._rollouts[episodes] = self._make_rollout(dataclasses.replace(self.rollout_cfg, group_size=episodes))
+            self._rollouts[episodes] = self.policy.make_rollout(dataclasses.replace(self.rollout_cfg,
+                                                                                    group_size=episodes))
         return self._rollouts[episodes]
 
     def init_state(self) -> TrainState:
@@ -177,15 +182,16 @@ class Setup:
         return make(self.rollout.state_texts, np.asarray(ro.batch.mask), self.est_cfg)
 
     def frozen_inputs(self):
-        """The arrays the update reads but does not train, passed to the jitted update as an argument
-        (never closed over, which would compile them in as constants); None here (the character
-        policy trains every parameter)."""
-        return None
+        """The arrays the update reads but does not train (``PolicySide.frozen_inputs``)."""
+        return self.policy.frozen_inputs()
 
     def _learn(self, state: TrainState, ro: Rollout, frozen=None, credit: tuple = ()):
-        """Advantages of the rollout, the update, and the iteration's metrics (traceable);
-        ``frozen``: what ``frozen_inputs`` returned; ``credit``: what ``credit_inputs`` returned."""
-        return self.learn_from(state, ro, self.advantages(ro.batch, credit))
+        """Credit, the update, and the iteration's metrics (traceable): the estimator on the policy's
+        StepBatch of the rollout, then ``learn_from`` with the policy's trainer and inputs. ``frozen``:
+        what ``frozen_inputs`` returned; ``credit``: what ``credit_inputs`` returned."""
+        frozen = self.frozen_inputs() if frozen is None else frozen
+        out = self.advantages(self.policy.credit_batch(ro), credit)
+        return self.learn_from(state, ro, out, **self.policy.update_args(ro, frozen))
 
     def learn_from(self, state: TrainState, ro: Rollout, out, *, trainer: Optional[Trainer] = None, ref_logp=None,
                    rest=None):
@@ -234,12 +240,13 @@ class Setup:
         return state, m
 
     def _draw(self, key):
-        idx = jax.random.choice(key, self.pool_size, (self.cfg.groups,), replace=self.pool_size < self.cfg.groups)
+        B = self.parts.schedule.groups
+        idx = jax.random.choice(key, self.pool_size, (B,), replace=self.pool_size < B)
         return idx
 
     def iteration_key(self, it: int):
         """The PRNG key of iteration ``it`` (task draw and rollout), from the run's seed."""
-        return jax.random.fold_in(jax.random.PRNGKey(self.cfg.seed), it)
+        return jax.random.fold_in(jax.random.PRNGKey(self.parts.schedule.seed), it)
 
     def rollout_fn(self, state: TrainState, tasks, key) -> Rollout:
         """The iteration's rollout (JAX environments): draw B of ``tasks`` with ``key``'s
@@ -254,7 +261,19 @@ class Setup:
         return self._learn(state, self.rollout_fn(state, tasks, key))
 
     def iterate(self, state: TrainState, it: int):
-        """One iteration: (state, metrics as floats)."""
+        """One iteration, for every policy: (state, metrics as floats).
+
+            key            <- fold_in(seed, it)
+            tasks          <- B of the training pool              (key's first half)
+            ro             <- rollout(params, tasks)              (its second half)
+            out            <- estimator(policy.credit_batch(ro))
+            state, metrics <- update(state, ro, out)              (policy.update_args: trainer, KL, frozen)
+            metrics        += policy.rollout_metrics               (the host's numbers: timings, reply lengths)
+
+        With a JAX environment the draw, rollout, credit and update are one jitted program
+        (``iteration_fn``); on the host the rollout runs there and one jitted program (``_learn``) does
+        the credit and the update."""
+        t0 = time.perf_counter()
         key = self.iteration_key(it)
         if not self.host:
             if self._iteration is None:
@@ -268,23 +287,25 @@ class Setup:
             if self._update is None:
                 self._update = jax.jit(self._learn, donate_argnums=(0,))
             state, m = self._update(state, ro, self.frozen_inputs(), self.credit_inputs(ro))
-        return state, {k: float(v) for k, v in jax.device_get(m).items()}
+        m = {k: float(v) for k, v in jax.device_get(m).items()}
+        m.update(self.policy.rollout_metrics(self.rollout, time.perf_counter() - t0))
+        return state, m
 
     def held_out_tasks(self, n: int):
         """The run's first ``n`` held-out tasks (TextWorld: game paths; JAX environments: a pytree
         of arrays), drawn with ``seed + EVAL_SEED_OFFSET`` and disjoint in content from the training
         pools (``held_out_pool``); ``eval_pool`` holds the first ``eval_tasks``."""
-        if n == self.cfg.eval_tasks:
+        if n == self.parts.schedule.eval_tasks:
             return self.eval_pool
         if self.host:
             return self.env.held_out(n)
-        return held_out_pool(self.env, self.cfg, n, self.train_tasks, pools=self.held_out)
+        return held_out_pool(self.env, self.parts.env, n, self.train_tasks, pools=self.held_out, earlier=self.earlier)
 
     def eval_tasks(self, *, n_tasks: Optional[int] = None, training: bool = False):
         """The tasks an evaluation runs on, on the host (TextWorld: game paths; JAX environments: a
         pytree of arrays): the first ``n_tasks`` (default ``eval_tasks``; at most the pool) training
         tasks, or held-out tasks."""
-        n = n_tasks or self.cfg.eval_tasks
+        n = n_tasks or self.parts.schedule.eval_tasks
         if not training:
             return self.held_out_tasks(n)
         if self.host:
@@ -311,7 +332,7 @@ class Setup:
         key = jax.random.PRNGKey(seed)
         tasks = self.eval_tasks(n_tasks=n_tasks, training=training)
         ids = self.task_ids_of(tasks)
-        K = self.cfg.episodes_per_evaluation
+        K = self.parts.episodes_per_evaluation
         if self.host:  # EVAL_BATCH tasks at a time (bounded memory); the first batch with ``key`` itself
             outs = rollouts_in_batches(self.rollout_for(K), params, tasks, key, EVAL_BATCH)
             return evaluation(np.concatenate([np.asarray(o.success) for o in outs]),
