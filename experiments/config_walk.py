@@ -97,17 +97,31 @@ def walk(cfg, run_dir: Path, *, once: bool = True) -> list[str]:
 
 
 def tiny_chat_model(d: Path) -> Path:
-    """The tiny random Qwen2 checkpoint of the tests' fixtures under ``d``, its tokenizer unpacked and its
-    context widened to 2048 positions (Sokoban's chat prompt is longer than its 128)."""
+    """The tiny random Qwen2 checkpoint of the tests' fixtures under ``d``, its tokenizer unpacked, its
+    context widened to 2048 positions (Sokoban's chat prompt is longer than its 128) and its 512-row
+    embedding and head widened with random rows to its tokenizer's 49152 tokens (text past the rows is
+    refused: ``PretrainedTokenizer.model_vocab``)."""
     import gzip
     import json
     import shutil
 
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
     shutil.copytree(ROOT / "tests" / "fixtures" / "llm" / "tiny_qwen2", d)
     (d / "tokenizer.json").write_bytes(gzip.decompress((d / "tokenizer.json.gz").read_bytes()))
     (d / "tokenizer.json.gz").unlink()
+    vocab = json.loads((d / "tokenizer.json").read_text())["model"]["vocab"]
     config = json.loads((d / "config.json").read_text())
-    (d / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2048}))
+    rows = max(len(vocab), config["vocab_size"])
+    (d / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2048, "vocab_size": rows}))
+    weights = load_file(str(d / "model.safetensors"))
+    rng = np.random.default_rng(0)
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        w = weights[name]
+        extra = (rng.standard_normal((rows - w.shape[0], w.shape[1])) * 0.02).astype(w.dtype)
+        weights[name] = np.concatenate([w, extra])
+    save_file(weights, str(d / "model.safetensors"))
     return d
 
 
@@ -140,11 +154,6 @@ def summary(calls: list[str]) -> dict:
 
 
 def main(argv=None) -> int:
-    import logging
-
-    # the fixture's tokenizer is larger than its 512-token vocabulary: the tiny chat run's numbers are NaN
-    # (the walk reads only where the config is touched), which tensorboardX would warn about at every row
-    logging.getLogger("tensorboardX.x2num").setLevel(logging.ERROR)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--no-write", action="store_true", help="print only")
     args = p.parse_args(argv)

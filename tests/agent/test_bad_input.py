@@ -14,22 +14,29 @@ from bepo_jax.agent.models.pretrained import CheckpointError, load_pretrained, s
 from bepo_jax.agent.models.tokenizer import ChatTemplateError
 from bepo_jax.cli import main
 
-from .conftest import copy_tiny_qwen2
+from .conftest import copy_tiny_qwen2, write_tiny_chat_model
 
 
 @pytest.fixture
 def tiny_dir(tmp_path):
     return copy_tiny_qwen2(tmp_path / "tiny_qwen2")
 
+
+@pytest.fixture
+def chat_dir(tmp_path):
+    """A tiny random Llama with the same tokenizer and template files, its embedding covering the
+    tokenizer (the tiny Qwen2 keeps 512 rows: text past them is refused, ``test_pretrained``)."""
+    return write_tiny_chat_model(tmp_path / "tiny_llama")
+
 def _edit(path: Path, **fields) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
 
 
-def test_a_template_that_writes_bos_gets_one_bos_as_transformers_gives(tiny_dir):
+def test_a_template_that_writes_bos_gets_one_bos_as_transformers_gives(chat_dir):
     # the tokenizer says "add BOS" and the template writes {{ bos_token }} itself (Llama 2/3 do)
-    _edit(tiny_dir / "tokenizer_config.json", bos_token="<|endoftext|>", add_bos_token=True)
-    (tiny_dir / "chat_template.jinja").write_text("{{ bos_token }}" + (tiny_dir / "chat_template.jinja").read_text())
-    pre = load_pretrained(tiny_dir)
+    _edit(chat_dir / "tokenizer_config.json", bos_token="<|endoftext|>", add_bos_token=True)
+    (chat_dir / "chat_template.jinja").write_text("{{ bos_token }}" + (chat_dir / "chat_template.jinja").read_text())
+    pre = load_pretrained(chat_dir)
     bos = pre.tokenizer.token_id("<|endoftext|>")
     msgs = [{"role": "user", "content": "go east"}]
     ids = pre.prompt_ids(msgs)
@@ -134,12 +141,12 @@ def test_malformed_configs_load_or_raise_a_named_error(tmp_path_factory):
     check()
 
 
-def test_any_prompt_text_renders_encodes_and_generates(tiny_dir):
+def test_any_prompt_text_renders_encodes_and_generates(chat_dir):
     from hypothesis import given, settings, strategies as st
 
     from bepo_jax.agent.models.generate import reply
 
-    pre = load_pretrained(tiny_dir)
+    pre = load_pretrained(chat_dir)
 
     text = lambda n: st.text(st.characters(min_codepoint=32, max_codepoint=0x2FFF, blacklist_categories=("Cs", "Cc")),
                              max_size=n)

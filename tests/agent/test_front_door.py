@@ -12,7 +12,7 @@ import pytest
 
 from bepo_jax.agent.models import hub
 
-from .conftest import copy_tiny_qwen2
+from .conftest import write_tiny_chat_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(sys.executable).parent / "bepo-jax"
@@ -30,7 +30,7 @@ def _typed(page: str) -> list[list[str]]:
 
 
 def test_the_model_commands_of_the_docs_run_as_typed(tmp_path):
-    tiny = copy_tiny_qwen2(tmp_path / "tiny_qwen2")
+    tiny = write_tiny_chat_model(tmp_path / "tiny_llama")  # its embedding covers its tokenizer
     commands = _typed("docs/models.md")
     assert {tuple(c[:2]) for c in commands} >= {("bepo-jax", "models"), ("bepo-jax", "generate")}
     seen = set()

@@ -12,6 +12,7 @@ rounding, while any layout error (the Q/K permutation, RoPE's layout, a norm's e
 O(1) (measured: up to 28).
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -109,8 +110,10 @@ def test_a_hugging_face_directory_loads_to_transformers_logits(tiny_dir):
     for ref in json.loads((FIXTURES / "tiny_qwen2_logits.json").read_text()):
         ids = ref["ids"]
         _check_logits(pre.model(jnp.asarray([ids]), jnp.ones((1, len(ids)), bool))[0], ref)
+    # the same tokenizer as the GGUF's (its refusal of ids past the tiny model's 512 rows set aside)
+    tokenizer = dataclasses.replace(pre.tokenizer, model_vocab=None)
     for text, ids in REF["texts"].items():
-        assert pre.tokenizer.encode(text) == ids, text
+        assert tokenizer.encode(text) == ids, text
 
 
 def test_loading_onto_a_mesh_places_every_parameter_sharded(tiny_dir):
@@ -241,3 +244,19 @@ def test_a_sharded_safetensors_index_loads_the_same_model(tiny_dir):
     (tiny_dir / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(CheckpointError, match="the index names model-00002-of-00002.safetensors, which is missing"):
         load_pretrained(tiny_dir)
+
+
+def test_text_beyond_a_smaller_embedding_is_refused_not_read_as_nan(tiny_dir):
+    """The tiny Qwen2 keeps 512 embedding rows beside a 49152-token tokenizer. An id past the rows is, in
+    XLA's gather, a NaN row (checked here on the model itself): encoding such text, or generating from
+    such ids, raises and names the mismatch; text within the rows still encodes."""
+    pre = load_pretrained(tiny_dir)
+    assert pre.config.vocab == 512 and pre.tokenizer.vocab_size > 512
+    ids = jnp.asarray([[5, 9, 600]])
+    assert np.isnan(np.asarray(pre.model(ids, jnp.ones((1, 3), bool)))[0, -1]).all()  # what the refusal prevents
+    with pytest.raises(ValueError, match="outside the model's 512-token vocabulary"):
+        pre.prompt_ids([{"role": "user", "content": "What is the capital of France?"}])
+    with pytest.raises(ValueError, match="prompt token id 600 is outside the model's 512-token vocabulary"):
+        generate(pre.model, [[5, 9, 600]], max_tokens=2)
+    low = [i for i in range(3, 40) if pre.tokenizer.decode([i]).strip()][:3]
+    assert pre.tokenizer.encode(pre.tokenizer.decode(low), add_special_tokens=False)  # within the rows: no refusal

@@ -80,6 +80,11 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_tokens: int = 64, t
         raise ValueError(f"generate: max_tokens={max_tokens} must be >= 1.")
     if temperature < 0:
         raise ValueError(f"generate: temperature={temperature} must be >= 0 (0 = greedy).")
+    vocab = getattr(getattr(model, "cfg", None), "vocab", None)
+    if vocab is not None and any(not 0 <= t < vocab for p in prompts for t in p):
+        bad = next(t for p in prompts for t in p if not 0 <= t < vocab)
+        raise ValueError(f"generate: prompt token id {bad} is outside the model's {vocab}-token vocabulary (an "
+                         "embedding row it does not have would read NaN); encode with the model's own tokenizer.")
     longest = max(len(p) for p in prompts)
     P = -(-longest // bucket) * bucket
     context = context or getattr(getattr(model, "cfg", None), "context", None)

@@ -431,4 +431,10 @@ def load_pretrained(path, *, dtype: str = "float32", mesh: Optional[jax.sharding
         model, tok, chat, cfg = _load_hf(p, dtype=dtype, mesh=mesh, context=context)
     else:
         model, tok, chat, cfg = _load_gguf(p, dtype=dtype, mesh=mesh, context=context)
+    special = [i for i in (*tok.end_of_turn_ids, tok.pad_id) if i >= cfg.vocab]
+    if special:
+        raise CheckpointError(f"{p}: the tokenizer's end-of-turn / pad ids {special} are outside the model's {cfg.vocab}-"
+                              "token vocabulary: the tokenizer and the checkpoint do not match.")
+    if tok.vocab_size > cfg.vocab:  # a smaller embedding than the tokenizer: text with a token beyond it is refused
+        tok.model_vocab = cfg.vocab
     return Pretrained(model, tok, chat, cfg, str(p))

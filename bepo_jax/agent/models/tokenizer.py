@@ -69,7 +69,10 @@ def _pre_tokenizer(pre: str):
 class PretrainedTokenizer:
     """``encode(text) -> list[int]``, ``decode(ids) -> str``; ``end_of_turn_ids`` (the ids that end a
     reply: EOS, and the chat template's end-of-turn token), ``pad_id``, ``bos_token`` /
-    ``eos_token`` (strings, for the chat template), ``add_bos`` (prepended by ``encode``)."""
+    ``eos_token`` (strings, for the chat template), ``add_bos`` (prepended by ``encode``);
+    ``model_vocab``: the rows of the model's embedding when the tokenizer has more tokens than that
+    (``load_pretrained`` sets it): ``encode`` then refuses text with a token the model cannot embed, where
+    the model would read an out-of-range row (NaN on accelerators and CPU alike) without a word."""
 
     backend: Any  # tokenizers.Tokenizer
     end_of_turn_ids: tuple[int, ...]
@@ -77,6 +80,7 @@ class PretrainedTokenizer:
     bos_token: Optional[str]
     eos_token: Optional[str]
     add_bos: bool = False
+    model_vocab: Optional[int] = None
 
     @property
     def vocab_size(self) -> int:
@@ -90,6 +94,11 @@ class PretrainedTokenizer:
         ids = self.backend.encode(text, add_special_tokens=False).ids
         if add_special_tokens and self.add_bos and self.bos_token is not None:
             ids = [self.backend.token_to_id(self.bos_token), *ids]
+        if self.model_vocab is not None and ids and max(ids) >= self.model_vocab:
+            bad = next(i for i in ids if i >= self.model_vocab)
+            raise ValueError(f"the text holds token {self.backend.id_to_token(bad)!r} (id {bad}), outside the model's "
+                             f"{self.model_vocab}-token vocabulary (its tokenizer has {self.vocab_size}): the tokenizer "
+                             "and the checkpoint do not match; load a checkpoint whose embedding covers its tokenizer.")
         return list(ids)
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
