@@ -272,8 +272,10 @@ def llm_confirmatory_lines(res: dict) -> list[str]:
     """The LLM confirmatory test's tables (``llm_confirmatory.report``'s summary): every contrast with its
     paired difference, p, Holm p and decision (once the family is complete), the paper's and the character
     policy's numbers; per arm its held-out success, invalid-command rate, gated share and hours; per seed
-    each arm's held-out success before and after and each contrast's difference."""
-    lines = ["| contrast | held-out success, paired difference (points), 95% t over seeds | p | Holm p | decision | "
+    each arm's held-out success before and after and each contrast's difference (a pilot's endpoint
+    "eval_train": the training games' success, so labelled)."""
+    games = "training-game" if res.get("endpoint") == "eval_train" else "held-out"
+    lines = [f"| contrast | {games} success, paired difference (points), 95% t over seeds | p | Holm p | decision | "
              "the paper | against the paper | the character policy's test |", "|---|---|---|---|---|---|---|---|"]
     for name, c in res["contrasts"].items():
         t, h = c["test"], c.get("holm")
@@ -285,7 +287,7 @@ def llm_confirmatory_lines(res: dict) -> list[str]:
         label = name if c["primary"] else f"{name} (secondary)"
         lines.append(f"| {label} | {diff} | {p} | {holm_p} | {dec} | {paper} | {c['against_paper'] or ''} | "
                      f"{c['toy_policy'] or ''} |")
-    lines += ["", "| arm | held-out success after (mean over seeds) | before | invalid-command rate (all iterations) | "
+    lines += ["", f"| arm | {games} success after (mean over seeds) | before | invalid-command rate (all iterations) | "
               "gated share (records given step credit: gate open; GiGPO: in a step group of 2 or more) | "
               "iteration hours (sum of step times, evaluations excluded) |", "|---|---|---|---|---|---|"]
     for a, s in res["arms_summary"].items():
@@ -294,7 +296,7 @@ def llm_confirmatory_lines(res: dict) -> list[str]:
                      f"{s['hours']:.1f} |")
     edge, n_its = res["edge_iterations"], res.get("iterations") or res["overrides"]["iterations"]
     ends = f"iterations 1-{edge} -> {n_its - edge + 1}-{n_its}"
-    lines += ["", "| arm (descriptive, not a tested contrast) | held-out change after - before (points), 95% t over "
+    lines += ["", f"| arm (descriptive, not a tested contrast) | {games} change after - before (points), 95% t over "
               f"seeds | training success, {ends} | invalid-command rate, {ends} |", "|---|---|---|---|"]
     for a, s in res["arms_summary"].items():
         if "held_out_change" not in s:  # no seed complete yet

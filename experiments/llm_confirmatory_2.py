@@ -36,9 +36,10 @@ EFFECT = 7.0  # points of held-out success the test is sized to see (the charact
 POWER = 0.8
 ALPHA = 0.05  # two-sided; Holm over the two primary contrasts: the first rejection is at ALPHA / 2
 CAP_HOURS = 30.0  # wall time on the 2-core machine, all runs, every start and rerun included
+RESERVE_SEEDS = 1  # of the seeds the cap pays for, one seed's runs kept back for reruns (stops, crashes)
 TOY = {("gated_bepo", "grpo"): "+7.3 +- 2.7 (confirmed)", ("gated_bepo", "gigpo"): "+1.0 +- 2.9 (not confirmed)"}
 PAPER = {("gated_bepo", "grpo"): 13.4, ("gated_bepo", "gigpo"): None, ("gigpo", "grpo"): 9.8}
-SEEDS: tuple = ()  # fixed by the protocol from ``power``'s computation (docs/llm-confirmatory-2.md)
+SEEDS: tuple = tuple(range(500, 508))  # fixed by the protocol from ``power``'s computation (docs/llm-confirmatory-2.md)
 
 
 def t_power(n: int, effect: float, sd: float, alpha: float = ALPHA) -> float:
@@ -84,19 +85,22 @@ def evaluation_sd(per_game_a: list[float], per_game_b: list[float], episodes: in
 def plan(diffs: list[float], floor: float, hours_per_run: float, *, arms: int = len(ARMS), effect: float = EFFECT,
          cap_hours: float = CAP_HOURS, power: float = POWER, alpha: float = ALPHA) -> dict:
     """The protocol's number of seeds: the SD is the larger of the pilot's paired SD over seeds (``diffs``,
-    points) and the evaluation-noise ``floor``; n seeds for ``power`` at ``effect`` with the first Holm
-    rejection's level alpha / 2, capped at what ``cap_hours`` pays for (``arms`` runs per seed of
-    ``hours_per_run`` each), and the smallest effect the chosen n sees with that power."""
+    points) and the evaluation-noise ``floor``; ``seeds_needed`` for ``power`` at ``effect`` with the first
+    Holm rejection's level alpha / 2; the cap pays for ``cap_hours`` / (``arms`` x ``hours_per_run``)
+    seeds. The test runs every seed the cap pays for less ``RESERVE_SEEDS`` (kept for reruns), and more
+    only where the seeds needed are more (up to the cap): a pilot of two seeds gives its SD one degree of
+    freedom, so the seeds it asks for are a floor, not a target. Also the smallest effect the chosen n
+    sees with that power."""
     sd_pilot = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else float("nan")
     sd = max(floor, sd_pilot) if not math.isnan(sd_pilot) else floor
     level = alpha / 2
     needed = seeds_for(effect, sd, power=power, alpha=level)
     cap = int(cap_hours // (arms * hours_per_run))
-    n = min(needed, cap)
+    n = min(cap, max(needed, cap - RESERVE_SEEDS))
     return {"pilot_diffs": list(diffs), "pilot_sd": sd_pilot, "evaluation_sd_floor": floor, "sd": sd,
             "effect": effect, "power": power, "alpha_first_holm_step": level, "seeds_needed": needed,
             "hours_per_run": hours_per_run, "arms": arms, "cap_hours": cap_hours, "seeds_the_cap_pays_for": cap,
-            "seeds": n, "power_at_effect": t_power(n, effect, sd, level),
+            "reserve_seeds": RESERVE_SEEDS, "seeds": n, "power_at_effect": t_power(n, effect, sd, level),
             "smallest_effect_at_power": smallest_effect(n, sd, power=power, alpha=level)}
 
 
@@ -131,6 +135,8 @@ def power(argv=None) -> dict:
                 "first_llm_test_paired_sd": first_test_sd()})
     res["seeds_needed_at_first_test_sd"] = {k: seeds_for(EFFECT, v, alpha=ALPHA / 2)
                                             for k, v in res["first_llm_test_paired_sd"].items()}
+    res["smallest_effect_at_first_test_sd"] = {k: smallest_effect(res["seeds"], v, alpha=ALPHA / 2)
+                                               for k, v in res["first_llm_test_paired_sd"].items()}
     L = ["# The second LLM test's seeds, from its pilot (training games only)", "", f"`{res['command']}`", "",
          f"- pilot: seeds {res['pilot_seeds']}, Gated-BEPO - GRPO on the training games (points): "
          + ", ".join(f"{d:+.1f}" for d in diffs) + f"; paired SD over seeds {res['pilot_sd']:.1f}",
@@ -139,10 +145,13 @@ def power(argv=None) -> dict:
          f"t-test at {res['alpha_first_holm_step']:.3f} (Holm's first step over the two primary contrasts)",
          f"- seeds needed: {res['seeds_needed']}; a run takes {res['hours_per_run']:.2f} h (the pilot's finished runs), "
          f"{len(ARMS)} arms: the {CAP_HOURS:.0f} h cap pays for {res['seeds_the_cap_pays_for']} seeds",
-         f"- **seeds: {res['seeds']}**; power at {EFFECT:.0f} points {res['power_at_effect']:.2f}; the smallest effect "
+         f"- **seeds: {res['seeds']}** (every seed the cap pays for less {RESERVE_SEEDS} kept for reruns, and at least "
+         f"the seeds needed); power at {EFFECT:.0f} points {res['power_at_effect']:.2f}; the smallest effect "
          f"seen with {POWER:.0%} power {res['smallest_effect_at_power']:.1f} points",
          f"- at the first LLM test's paired SDs ({', '.join(f'{k} {v:.1f}' for k, v in res['first_llm_test_paired_sd'].items())}) the "
-         "seeds needed would be " + ", ".join(f"{v}" for v in res["seeds_needed_at_first_test_sd"].values()),
+         "seeds needed would be " + ", ".join(f"{v}" for v in res["seeds_needed_at_first_test_sd"].values())
+         + f"; with {res['seeds']} seeds the smallest effects seen with {POWER:.0%} power would be "
+         + ", ".join(f"{v:.1f}" for v in res["smallest_effect_at_first_test_sd"].values()) + " points",
          f"- the gate's share in the pilot's Gated-BEPO runs: {res['pilot_gated_share']['mean']:.2f} on average, "
          f"{res['pilot_gated_share']['per_iteration_range'][0]:.2f}-{res['pilot_gated_share']['per_iteration_range'][1]:.2f} "
          "per iteration"]

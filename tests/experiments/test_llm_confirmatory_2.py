@@ -44,6 +44,11 @@ def test_the_plan_takes_the_larger_sd_and_the_cap():
     capped = c2.plan([-10.0, 12.0], 2.0, 2.0)  # SD 15.6: many seeds, but 30 h / (4 arms x 2 h) pays for 3
     assert capped["seeds_the_cap_pays_for"] == 3 and capped["seeds"] == 3
     assert capped["smallest_effect_at_power"] > 7.0
+    # few seeds needed (SD 2.0 from two seeds), 30 h / (4 x 0.8 h) pays for 9: every seed but the reserve
+    loose = c2.plan([1.0, 3.83], 2.0, 0.8)
+    assert loose["seeds_needed"] < 8 and loose["seeds_the_cap_pays_for"] == 9
+    assert loose["seeds"] == 9 - c2.RESERVE_SEEDS
+    assert loose["power_at_effect"] > c2.t_power(loose["seeds_needed"], 7.0, loose["sd"], 0.025)
 
 
 def _write(d, cfg, train, held, iterations):
