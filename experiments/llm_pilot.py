@@ -25,7 +25,7 @@ from .llm_test import LLMTest
 
 TEST = LLMTest(name="llm_pilot", protocol="docs/llm-confirmatory-2.md (its pilot)", base="llm_textworld_wide",
                overrides={}, arms=("grpo", "gated_bepo"), seeds=(0, 1), primary=(("gated_bepo", "grpo"),),
-               endpoint="eval_train", title="The second LLM test's pilot")
+               endpoint="eval_train", title="The second LLM test's pilot", exploratory=True)
 
 
 def adopt(src: Path, arm: str = "gated_bepo", seed: int = 0) -> Path:

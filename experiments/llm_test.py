@@ -56,7 +56,8 @@ class LLMTest:
     this order per seed); seeds; primary and secondary contrasts ((a, b): a - b, paired per seed, points);
     endpoint ("eval": held-out success at the last evaluation; "eval_train": the training games', for a
     pilot that reads no held-out number); toy and paper (the character policy's result and the paper's
-    number per contrast, for the report); title (the report's heading)."""
+    number per contrast, for the report); title (the report's heading); exploratory (a pilot: its
+    intervals are descriptive, no Holm correction and no decision word is given)."""
 
     name: str
     protocol: str
@@ -70,6 +71,7 @@ class LLMTest:
     toy: dict = dataclasses.field(default_factory=dict)
     paper: dict = dataclasses.field(default_factory=dict)
     title: str = ""
+    exploratory: bool = False
     out: Optional[Path] = None
     results_dir: Optional[Path] = None
 
@@ -220,7 +222,7 @@ class LLMTest:
                                            (t["mean"], t["half_width"]), self.paper.get((a, b)))}
         family_complete = len(complete) == len(self.seeds)
         events = _events(self.results_dir)
-        if family_complete:
+        if family_complete and not self.exploratory:
             prim = {k: c["test"]["p"] for k, c in contrasts.items() if c["primary"]}
             for k, h in holm(prim).items():
                 contrasts[k]["holm"] = {**h, "decision": decision(contrasts[k]["test"], h)}
@@ -250,7 +252,8 @@ class LLMTest:
     def markdown(self, res: dict) -> list[str]:
         lines = [f"# {self.title or self.name} ({self.protocol})", "",
                  f"`{res['command']}`; {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete"
-                 + ("." if res["family_complete"] else ": no decision yet.")
+                 + (". Exploratory: the intervals describe these seeds; no decision is made." if self.exploratory
+                    else "." if res["family_complete"] else ": no decision yet.")
                  + ("" if self.endpoint == "eval" else f" The endpoint is the {ENDPOINTS[self.endpoint]}' success "
                     "(no held-out number is read here)."), "", *llm_confirmatory_lines(res)]
         w = res["wall"]
