@@ -74,6 +74,11 @@ def test_the_pilot_reports_the_training_games_and_not_the_held_out_ones(tmp_path
         _write(t.run_dir("gated_bepo", s), t.config("gated_bepo", s), (0.1, 0.3 + 0.1 * s), (0.3, 0.1), n)
     res = t.report()
     assert res["contrasts"]["gated_bepo - grpo"]["per_seed"] == pytest.approx([10.0, 20.0])  # training games
+    # every seed in, yet a pilot decides nothing: no Holm step, no decision word, the report says why
+    assert res["family_complete"] and "holm" not in res["contrasts"]["gated_bepo - grpo"]
+    report = (tmp_path / "results" / "report_eval_train.md").read_text()
+    assert "Exploratory" in report and "confirmed" not in report
+    assert "| contrast | training-game success" in report
     assert (tmp_path / "results" / "summary_eval_train.json").exists()
     assert not (tmp_path / "results" / "summary.json").exists()  # the held-out report is not written
     held = dataclasses.replace(t, endpoint="eval").report()
