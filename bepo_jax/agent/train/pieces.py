@@ -1,8 +1,8 @@
 """The run's pieces, each built from its part of the config (``train.parts``) and nothing else, in the
 order a run needs them:
 
-    tasks      <- env part (+ the env parts of the runs it starts from: its held-out tasks avoid their pools,
-                  ``init_from.earlier_env_parts``; + the schedule's eval_tasks)
+    tasks      <- env part (+ the env parts of the runs it starts from, whose pools its held-out tasks
+                  avoid: ``init_from.earlier_env_parts``; + the schedule's eval_tasks)
     rollout    <- rollout part (+ the tasks' longest action word, for the character policy's response)
     policy     <- policy part (+ the prompt's length: the character policy's context)
     trainer    <- optim part (+ the schedule's iterations: the learning-rate schedule's length)
@@ -26,8 +26,6 @@ from .config import EVAL_SEED_OFFSET
 from .parts import CreditPart, EnvPart, OptimPart, PolicyPart, RolloutPart, RunParts
 
 MIN_RESPONSE = 8  # response tokens at least (the action word and its EOS must fit)
-
-
 DEFAULT_POOL = 32  # training tasks of a JAX environment when task_pool is 0
 
 
