@@ -4,7 +4,8 @@
     python -m experiments NAME [ARGS...]  # run one: the same as python -m experiments.NAME ARGS...
 
 A program is a module of this folder with a ``main(argv)``; the modules that only serve others
-(``common``, ``llm_test``, ``dict_baselines``, ``readme_tables``' helpers) are not listed.
+(``common``, ``llm_test``, ``dict_baselines``, ``formatting``) are not listed. The list is grouped by
+purpose (``PURPOSES``: every program belongs to one, ``tests/experiments/test_runner.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,21 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+# what each program is for: the listing's groups, in this order
+PURPOSES = {
+    "the paper's claims (character policy)": ("claims", "confirmatory", "collapse_escape", "credit_mass",
+                                              "learning_rate", "warm_start", "rescore", "pool_overlap"),
+    "the LLM runs": ("llm_learning", "llm_recipe_sweep", "llm_sweep_heldout", "llm_pilot", "llm_confirmatory",
+                     "llm_confirmatory_2", "textworld_structure"),
+    "the credit lab": ("credit_lab", "credit_protocol", "tabular_learning", "tabular_step_size",
+                       "similarity_agreement"),
+    "against outside code": ("g2po_official", "proxmo_official", "verl_official", "tunix_serial_calls"),
+    "benchmarks and profiles": ("bench_advantages", "bench_chat_cache", "bench_env_loop", "bench_llm", "bench_prefill",
+                                "bench_seeds", "bench_train_step", "bench_tunix_adapter", "profile_llm",
+                                "profile_recipe"),
+    "records and the house": ("record_main_job", "readme_tables", "config_walk"),
+}
 
 
 def programs() -> dict[str, str]:
@@ -37,9 +53,14 @@ def main(argv=None) -> int:
     found = programs()
     if not argv or argv[0] in ("-h", "--help", "list"):
         width = max(map(len, found))
-        print(__doc__.strip().splitlines()[0], "\n")
-        for name, line in found.items():
-            print(f"  {name:<{width}}  {line}")
+        print(__doc__.strip().splitlines()[0])
+        grouped = [n for names in PURPOSES.values() for n in names]
+        for purpose, names in [*PURPOSES.items(), ("other", tuple(n for n in found if n not in grouped))]:
+            names = [n for n in names if n in found]
+            if names:
+                print(f"\n{purpose}:")
+                for name in names:
+                    print(f"  {name:<{width}}  {found[name]}")
         print("\nRun one: python -m experiments NAME [--help]")
         return 0
     name, rest = argv[0], argv[1:]

@@ -15,6 +15,9 @@ def test_the_runner_lists_every_program_and_only_programs():
                 if re.search(r"^def main\(", p.read_text(), re.M) and 'if __name__ == "__main__"' in p.read_text()}
     assert set(runner.programs()) == expected
     assert {"llm_learning", "llm_pilot", "readme_tables"} <= expected and "common" not in expected
+    # every program has one purpose in the listing, and the purposes name no program that is not there
+    grouped = [n for names in runner.PURPOSES.values() for n in names]
+    assert sorted(grouped) == sorted(expected)
 
 
 def test_the_runner_runs_a_program_by_name_and_refuses_an_unknown_one(capsys):
