@@ -33,7 +33,6 @@ from ..rollouts.chat import ChatRollout
 from ..rollouts.jitted import Rollout
 from . import pieces
 from .config import RunConfig
-from .init_from import earlier_env_parts
 from .setup import DEFAULT_HELD_OUT, Setup
 
 
@@ -113,14 +112,8 @@ class LLMSetup(Setup):
         """``reuse_frozen`` (training the top N blocks): the update starts from the frozen blocks'
         output the rollout recorded (True) or runs them again (False: the benchmarks' baseline);
         ``held_out``: a JAX environment's held-out pools (``Setup``)."""
-        self.cfg = cfg
-        parts = self.parts = cfg.parts
-        self.held_out = held_out
         # the pieces in order, each from its part: tasks, policy, rollout, trainer, credit
-        self.earlier = earlier_env_parts(cfg)
-        self.env, self.host, self.train_tasks, self.pool_size, self.max_steps, self.eval_pool = pieces.tasks(
-            parts.env, n_eval=parts.schedule.eval_tasks, earlier=self.earlier, cache_dir=cache_dir, held_out=held_out,
-            chat=True)
+        parts = self._tasks(cfg, cache_dir=cache_dir, held_out=held_out, chat=True)
         self.pretrained, trainable = pieces.chat_policy(parts.policy)
         self.model = self.pretrained.model
         top = parts.policy.train_layers

@@ -223,36 +223,39 @@ class RunParts(NamedTuple):
         return self.schedule.eval_episodes or self.rollout.group_size
 
 
-def _where(flat_name: str, parts_names: tuple[str, ...]) -> list[tuple[str, str]]:
-    if flat_name in RENAMED_IN_PART:
-        return [RENAMED_IN_PART[flat_name]]
-    return [(p, flat_name) for p, cls in zip(parts_names, PARTS) if flat_name in {f.name for f in dataclasses.fields(cls)}]
+def _homes() -> dict[str, list[tuple[str, str]]]:
+    """flat name -> the (part, field) pairs that hold it, read once from the dataclasses."""
+    homes: dict[str, list[tuple[str, str]]] = {}
+    inverse = {v: k for k, v in RENAMED_IN_PART.items()}
+    for part, cls in zip(RunParts._fields, PARTS):
+        for f in dataclasses.fields(cls):
+            homes.setdefault(inverse.get((part, f.name), f.name), []).append((part, f.name))
+    return homes
+
+
+HOMES = _homes()
 
 
 def split(flat: dict[str, Any]) -> RunParts:
     """The parts of a flat config's fields (every field of ``RunConfig``; each goes to the parts that read
     it, the seed to all that draw from it)."""
-    names = RunParts._fields
-    kw: dict[str, dict] = {p: {} for p in names}
+    kw: dict[str, dict] = {p: {} for p in RunParts._fields}
     for key, value in flat.items():
-        homes = _where(key, names)
-        if not homes:
+        if key not in HOMES:
             raise ValueError(f"RunConfig field {key!r} belongs to no part of train.parts; add it to one.")
-        for part, field in homes:
+        for part, field in HOMES[key]:
             kw[part][field] = value
-    return RunParts(*(cls(**kw[p]) for p, cls in zip(names, PARTS)))
+    return RunParts(*(cls(**kw[p]) for p, cls in zip(RunParts._fields, PARTS)))
 
 
 def join(parts: RunParts) -> dict[str, Any]:
     """The flat fields of ``parts`` (``split``'s inverse); parts that disagree on the seed raise."""
     flat: dict[str, Any] = {}
-    inverse = {v: k for k, v in RENAMED_IN_PART.items()}
-    for pname, part in zip(RunParts._fields, parts):
-        for f in dataclasses.fields(part):
-            key = inverse.get((pname, f.name), f.name)
-            value = getattr(part, f.name)
+    for key, homes in HOMES.items():
+        for pname, field in homes:
+            value = getattr(getattr(parts, pname), field)
             if key in flat and flat[key] != value:
-                raise ValueError(f"RunParts: the parts disagree on {key} ({flat[key]!r} and {pname}.{f.name}="
+                raise ValueError(f"RunParts: the parts disagree on {key} ({flat[key]!r} and {pname}.{field}="
                                  f"{value!r}); a run has one {key}.")
             flat[key] = value
     return flat

@@ -203,5 +203,6 @@ def check_batch(parts: RunParts, max_steps: int) -> None:
                          f"multiple of num_minibatches x grad_accum = {per}; change grad_accum or num_minibatches.")
 
 
-__all__: Sequence[str] = ("DEFAULT_POOL", "training_pool", "held_out_pool", "Tasks", "tasks", "JaxTextGames", "estimator", "train_config",
-                          "char_rollout_config", "chat_rollout_config", "char_policy", "chat_policy", "check_batch")
+__all__: Sequence[str] = ("DEFAULT_POOL", "training_pool", "held_out_pool", "Tasks", "tasks", "JaxTextGames",
+                          "estimator", "train_config", "char_rollout_config", "chat_rollout_config", "char_policy",
+                          "chat_policy", "check_batch")

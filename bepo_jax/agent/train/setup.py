@@ -116,14 +116,8 @@ class Setup:
         """``env``: a JaxEnv instance to use instead of building ``cfg.env`` (the name is
         then only a label in ``config.json``); ``held_out``: the held-out pools (``HELD_OUT_POOLS``;
         an existing run's kind: ``rundir.held_out_pools``)."""
-        self.cfg = cfg
-        parts = self.parts = cfg.parts
-        self.held_out = held_out
         # the pieces in order, each from its part: tasks, rollout, policy, trainer, credit
-        self.earlier = earlier_env_parts(cfg)  # the env parts of the runs it starts from (init_from)
-        self.env, self.host, self.train_tasks, self.pool_size, self.max_steps, self.eval_pool = pieces.tasks(
-            parts.env, n_eval=parts.schedule.eval_tasks, earlier=self.earlier, cache_dir=cache_dir, held_out=held_out,
-            instance=env)
+        parts = self._tasks(cfg, cache_dir=cache_dir, held_out=held_out, instance=env)
         if self.host:
             word = self.env.word_width
             P = prompt_length(self.env.obs_len, parts.rollout.prompt_history, word, self.env.task_len)
@@ -139,6 +133,17 @@ class Setup:
         self.estimator, self.est_cfg = pieces.estimator(parts.credit)
         self.policy: PolicySide = CharacterPolicy(self.model, self.env, self.host)
         self._start()
+
+    def _tasks(self, cfg: RunConfig, *, cache_dir: Optional[Path], held_out: str, instance=None,
+               chat: bool = False):
+        """The run's config, its parts and its tasks (``pieces.tasks``) on this object, the first piece of
+        every setup; returns the parts."""
+        self.cfg, self.parts, self.held_out = cfg, cfg.parts, held_out
+        self.earlier = earlier_env_parts(cfg)  # the env parts of the runs it starts from (init_from)
+        self.env, self.host, self.train_tasks, self.pool_size, self.max_steps, self.eval_pool = pieces.tasks(
+            self.parts.env, n_eval=self.parts.schedule.eval_tasks, earlier=self.earlier, cache_dir=cache_dir,
+            held_out=held_out, instance=instance, chat=chat)
+        return self.parts
 
     def _start(self) -> None:
         """The run's rollout, and the programs compiled on first use."""
