@@ -268,6 +268,14 @@ def credit_mass_lines(info: dict) -> list[str]:
     return lines
 
 
+def sealed_status(res: dict) -> str:
+    """A sealed summary in one sentence: the runs finished and the hours spent, and why no number."""
+    w = res["wall"]
+    return (f"{res['runs_finished_count']} of {res['runs_total']} runs finished "
+            f"({w['finished_segments_hours']:.1f} h of finished run segments, {w['stopped_segments']} stopped "
+            "segments); fixed in advance, the test reads no number before every run has finished.")
+
+
 def llm_confirmatory_lines(res: dict) -> list[str]:
     """The LLM confirmatory test's tables (``llm_confirmatory.report``'s summary): every contrast with its
     paired difference, p, Holm p and decision (once the family is complete), the paper's and the character

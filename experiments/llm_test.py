@@ -8,7 +8,7 @@ primary and secondary contrasts, the endpoint) and where its runs and results li
 docs/llm-confirmatory-2.md). Each program's commands:
 
     nice python -m experiments.PROGRAM run      # every (seed, arm) run in the fixed order, each in a fresh process; resumable
-    python -m experiments.PROGRAM report        # the numbers; the decision once every run finished
+    python -m experiments.PROGRAM report        # the numbers and the decision once every run finished (before: which runs finished)
     python -m experiments.PROGRAM status        # which runs finished, which started
     python -m experiments.PROGRAM note --text "..."   # a dated note in the log (a correction)
     nice python -m experiments.PROGRAM run --no-start-after "2026-12-05 14:20"   # leave no run half done at a stop
@@ -39,7 +39,7 @@ from bepo_jax.agent.train.rundir import HELD_OUT_FILE, is_finished_run_of
 
 from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines, write_text
 from .confirmatory import LOG_TIME_FORMAT, _events, _log, decision, holm, paired_test
-from .formatting import llm_confirmatory_lines, size_verdict
+from .formatting import llm_confirmatory_lines, sealed_status, size_verdict
 
 RECORD_FILES = ("config.json", "metrics.jsonl", HELD_OUT_FILE)  # what the report and ``pending`` read
 ENDPOINTS = {"eval": "held-out", "eval_train": "training games"}  # a run's evaluations, by their metrics' prefix
@@ -209,9 +209,21 @@ class LLMTest:
         rec = self.record_dir(arm, seed)
         return rec if (rec / "metrics.jsonl").exists() else self.run_dir(arm, seed, out)
 
+    @property
+    def sealed_until_complete(self) -> bool:
+        """A test fixed in advance reads none of its numbers before every run has finished (its protocol):
+        before then its report says only which runs finished and the time they took. A pilot or another
+        exploratory comparison reports its numbers along the way."""
+        return not self.exploratory
+
     def report(self, out: Optional[Path] = None) -> dict:
+        """The paired report (summary.json, report.md, curves.png); sealed (no number) until every run has
+        finished where ``sealed_until_complete``."""
         runs = {arm: {s: self.final(self.source(arm, s, out)) for s in self.seeds} for arm in self.arms}
         complete = [s for s in self.seeds if all(runs[a][s] is not None for a in self.arms)]
+        if len(complete) < len(self.seeds) and self.sealed_until_complete:
+            return self._sealed_report({a: [s for s in self.seeds if runs[a][s] is not None] for a in self.arms},
+                                       complete)
         contrasts = {}
         for a, b in self.primary + self.secondary:
             diffs = [100 * (runs[a][s]["final"] - runs[b][s]["final"]) for s in complete]
@@ -226,10 +238,7 @@ class LLMTest:
             prim = {k: c["test"]["p"] for k, c in contrasts.items() if c["primary"]}
             for k, h in holm(prim).items():
                 contrasts[k]["holm"] = {**h, "decision": decision(contrasts[k]["test"], h)}
-        res = {"command": command(self.name), "protocol": self.protocol, "recipe": self.base, "arms": self.arms,
-               "seeds": self.seeds, "endpoint": self.endpoint, "overrides": self.overrides,
-               "iterations": self.iterations, "edge_iterations": EDGE,
-               "seeds_complete": complete, "family_complete": family_complete, "contrasts": contrasts,
+        res = {**self._header(), "seeds_complete": complete, "family_complete": family_complete, "contrasts": contrasts,
                "arms_summary": {a: {"final": [runs[a][s]["final"] for s in complete],
                                     "initial": [runs[a][s]["initial"] for s in complete],
                                     "invalid_rate": [runs[a][s]["invalid_rate"] for s in complete],
@@ -249,13 +258,38 @@ class LLMTest:
             plot(res, self.results_dir / f"curves{stem}.png", title=self.title or self.name)
         return res
 
+    def _header(self) -> dict:
+        """What every summary states first: the command, the protocol and what it fixed."""
+        cfg = self.config(self.arms[0], self.seeds[0])
+        return {"command": command(self.name), "protocol": self.protocol, "recipe": self.base, "arms": self.arms,
+                "seeds": self.seeds, "endpoint": self.endpoint, "overrides": self.overrides,
+                "iterations": self.iterations, "edge_iterations": EDGE,
+                "evaluation": {"games": cfg.eval_tasks, "episodes": cfg.episodes_per_evaluation}}
+
+    def _sealed_report(self, finished: dict, complete: list) -> dict:
+        """The report of a test fixed in advance before its last run finished: which runs finished, every
+        logged event and the wall time spent (the compute cap's accounting), and no outcome number."""
+        events = _events(self.results_dir)
+        res = {**self._header(), "sealed": True, "runs_finished": finished,
+               "runs_finished_count": sum(len(v) for v in finished.values()),
+               "runs_total": len(self.arms) * len(self.seeds), "seeds_complete": complete,
+               "family_complete": False, "events": events, "wall": wall_hours(events), "machine": machine()}
+        write_json(self.results_dir / "summary.json", res)
+        write_lines(self.results_dir / "report.md", self.markdown(res))
+        (self.results_dir / "curves.png").unlink(missing_ok=True)
+        return res
+
     def markdown(self, res: dict) -> list[str]:
-        lines = [f"# {self.title or self.name} ({self.protocol})", "",
-                 f"`{res['command']}`; {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete"
-                 + (". Exploratory: the intervals describe these seeds; no decision is made." if self.exploratory
-                    else "." if res["family_complete"] else ": no decision yet.")
-                 + ("" if self.endpoint == "eval" else f" The endpoint is the {ENDPOINTS[self.endpoint]}' success "
-                    "(no held-out number is read here)."), "", *llm_confirmatory_lines(res)]
+        lines = [f"# {self.title or self.name} ({self.protocol})", ""]
+        if res.get("sealed"):
+            lines += [f"`{res['command']}`; {sealed_status(res)}", "", "| arm | seeds finished |", "|---|---|"]
+            lines += [f"| {a} | {', '.join(map(str, s)) or 'none'} |" for a, s in res["runs_finished"].items()]
+        else:
+            lines += [f"`{res['command']}`; {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete"
+                      + (". Exploratory: the intervals describe these seeds; no decision is made." if self.exploratory
+                         else ".")
+                      + ("" if self.endpoint == "eval" else f" The endpoint is the {ENDPOINTS[self.endpoint]}' "
+                         "success (no held-out number is read here)."), "", *llm_confirmatory_lines(res)]
         w = res["wall"]
         lines += ["", f"Wall time of the run segments that ran to their finish: {w['finished_segments_hours']:.1f} h; "
                   f"{w['stopped_segments']} segments ended before their finish by a session stop or a killed process "

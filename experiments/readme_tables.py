@@ -21,7 +21,7 @@ from experiments.formatting import (ci, CLAIMS, chance_line, paired_points, poin
                                     confirmatory_primary, CONFIRMATORY_LABELS, contrast_bullet, arm_cells,
                                     collapsed_seeds, pending_rows, collapse_escape, rescore_contrasts, regime_lines,
                                     warm_start_sentence, contrast_lines, credit_mass_lines, llm_confirmatory_lines,
-                                    claims_table)
+                                    sealed_status, claims_table)
 
 
 RESULTS = ROOT / "experiments" / "results"
@@ -221,31 +221,47 @@ def _confirmatory_headline(c: dict) -> list[str]:
     return lines
 
 
-def _llm_confirmatory_headline(res: dict) -> list[str]:
-    """The LLM confirmatory test's contrasts as README bullets (``llm_confirmatory.report``'s summary): the
-    interval, Holm's decision for the primary ones once every run has finished (before, only the count)."""
-    intro = ("The LLM confirmatory test, fixed in advance (docs/llm-confirmatory.md: SmolLM2-135M-Instruct in "
-             f"TextWorld, {len(res['seeds'])} fresh seeds, paired, held-out success on 96 episodes in points, 95% t "
-             "over seeds; Holm over its two primary contrasts; `experiments/results/llm_confirmatory/summary.json`)")
+LLM_TESTS = {"llm_confirmatory": "The LLM confirmatory test", "llm_confirmatory_2": "The second LLM confirmatory test"}
+
+
+def _llm_test_intro(name: str, res: dict) -> str:
+    """What an LLM test fixed, from its summary (the first test's summary predates ``evaluation``: its
+    protocol's 96 held-out episodes)."""
+    ev = res.get("evaluation")
+    held_out = f"{ev['games']} games x {ev['episodes']} episodes" if ev else "96 episodes"
+    return (f"{LLM_TESTS[name]}, fixed in advance ({res['protocol']}: SmolLM2-135M-Instruct in TextWorld, "
+            f"{len(res['seeds'])} fresh seeds, paired, held-out success on {held_out} in points, 95% t over seeds; "
+            f"Holm over its two primary contrasts; `experiments/results/{name}/summary.json`)")
+
+
+def _llm_confirmatory_headline(name: str) -> list[str]:
+    """An LLM test's contrasts as README bullets (its ``report``'s summary): the interval and Holm's decision
+    for the primary ones once every run has finished; before, only how many runs finished."""
+    res = _llm_confirmatory_summary(name)
+    if res is None:
+        return [f"{LLM_TESTS[name]}: not finished, no report yet."]
+    intro = _llm_test_intro(name, res)
+    if res.get("sealed"):
+        return [f"{intro}: {sealed_status(res)}"]
     if not res["family_complete"]:
         return [f"{intro}: {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete, no decision yet."]
     lines = [f"{intro}: every run finished, Holm's decisions:", ""]
-    for name, c in res["contrasts"].items():
+    for contrast, c in res["contrasts"].items():
         paper = "" if c["paper"] is None else f"; the paper {c['paper']:+.1f}: {c['against_paper']}"
         toy = f"; the character policy's test {c['toy_policy']}" if c["toy_policy"] else ""
-        lines.append(contrast_bullet(name if c["primary"] else f"{name} (secondary)", c["test"], c.get("holm"),
-                                      paper + toy))
+        lines.append(contrast_bullet(contrast if c["primary"] else f"{contrast} (secondary)", c["test"],
+                                      c.get("holm"), paper + toy))
     return lines
 
 
 def headline() -> str:
-    """README's findings: the confirmatory test's primary contrasts (confirmatory.json), then the LLM
-    confirmatory test's contrasts (llm_confirmatory/summary.json). The exploratory claims at the main job's
-    recipe (e1_recipe) are docs/results.md's ``claims_e1_recipe`` table."""
-    res = _llm_confirmatory_summary()
-    llm = ["The LLM confirmatory test (docs/llm-confirmatory.md): not finished, no report yet."] if res is None \
-        else _llm_confirmatory_headline(res)
-    return "\n".join([*_confirmatory_headline(_load("confirmatory.json")), "", *llm])
+    """README's findings: the confirmatory test's primary contrasts (confirmatory.json), then each LLM
+    test's contrasts (its summary.json). The exploratory claims at the main job's recipe (e1_recipe) are
+    docs/results.md's ``claims_e1_recipe`` table."""
+    lines = _confirmatory_headline(_load("confirmatory.json"))
+    for name in LLM_TESTS:
+        lines += ["", *_llm_confirmatory_headline(name)]
+    return "\n".join(lines)
 
 
 def _arms(name: str) -> str:
@@ -455,19 +471,21 @@ def credit_mass(experiment: str) -> str:
                       f"{info['seeds'][-1]}."])
 
 
-def _llm_confirmatory_summary() -> dict | None:
-    """``llm_confirmatory.report``'s summary, or None before its first report."""
-    path = RESULTS / "llm_confirmatory" / "summary.json"
+def _llm_confirmatory_summary(name: str) -> dict | None:
+    """An LLM test's summary (``python -m experiments.NAME report``), or None before its first report."""
+    path = RESULTS / name / "summary.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def llm_confirmatory() -> str:
-    """``python -m experiments.llm_confirmatory report``'s tables once every run has finished; before, how many
-    seeds are complete (no number before the decision)."""
-    res = _llm_confirmatory_summary()
+def llm_confirmatory(name: str = "llm_confirmatory") -> str:
+    """``python -m experiments.NAME report``'s tables once every run has finished; before, how many runs
+    finished (a test fixed in advance writes no number before that)."""
+    res = _llm_confirmatory_summary(name)
     if res is None:
-        return ("Not finished: no report yet (`python -m experiments.llm_confirmatory status` shows each run); "
-                "the numbers come here when all 18 runs have finished.")
+        return (f"Not finished: no report yet (`python -m experiments.{name} status` shows each run); "
+                "the numbers come here when every run has finished.")
+    if res.get("sealed"):
+        return f"Not finished: {sealed_status(res)} The numbers come here when every run has."
     if not res["family_complete"]:
         return (f"Not finished: {len(res['seeds_complete'])} of {len(res['seeds'])} seeds have every arm finished; "
                 "the numbers come here when every run has.")
@@ -487,7 +505,8 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "warm_start": warm_start, "confirmatory": lambda: confirmatory_primary(_load("confirmatory.json")), "llm_job": llm_job,
           "llm_run": llm_run, "llm_run_first": lambda: llm_run("llm_textworld"), "llm_profile": llm_profile, "chat_cache": lambda: results_md("bench_chat_cache"),
           "rivals_recipe": rivals_recipe,
-          "rivals_credit_mass": lambda: credit_mass("rivals_recipe"), "llm_confirmatory": llm_confirmatory}
+          "rivals_credit_mass": lambda: credit_mass("rivals_recipe"), "llm_confirmatory": llm_confirmatory,
+          "llm_confirmatory_2": lambda: llm_confirmatory("llm_confirmatory_2")}
 
 
 def render(text: str) -> str:

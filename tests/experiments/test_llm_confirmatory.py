@@ -38,8 +38,17 @@ def test_the_report_pairs_seeds_and_decides_only_when_complete(tmp_path, monkeyp
     for a in lc.ARMS:
         for s in lc.SEEDS[:-1]:
             _write(t.run_dir(a, s, tmp_path / "runs"), 0.3, finals[a][s], n)
-    part = t.report(tmp_path / "runs")
-    assert not part["family_complete"] and "holm" not in part["contrasts"]["gated_bepo - grpo"]
+    part = t.report(tmp_path / "runs")  # fixed in advance: sealed until the last run, no number in it
+    assert not part["family_complete"] and part["sealed"] and "contrasts" not in part and "arms_summary" not in part
+    assert part["runs_finished_count"] == len(lc.ARMS) * (len(lc.SEEDS) - 1) and part["runs_total"] == 18
+    assert part["runs_finished"]["gigpo"] == list(lc.SEEDS[:-1])
+    summary = (tmp_path / "results" / "summary.json").read_text()
+    md = (tmp_path / "results" / "report.md").read_text()
+    for a in lc.ARMS:
+        for s in lc.SEEDS[:-1]:
+            assert repr(finals[a][s]) not in summary and f"{finals[a][s]:.3f}" not in md
+    assert "| gigpo | " + ", ".join(map(str, lc.SEEDS[:-1])) + " |" in md
+    assert not (tmp_path / "results" / "curves.png").exists()
     for a in lc.ARMS:
         _write(t.run_dir(a, lc.SEEDS[-1], tmp_path / "runs"), 0.3, finals[a][lc.SEEDS[-1]], n)
     res = t.report(tmp_path / "runs")

@@ -77,7 +77,7 @@ def test_the_llm_confirmatory_tables_wait_for_every_run(tmp_path, monkeypatch):
     monkeypatch.setattr(mod, "RESULTS", tmp_path)
     assert mod.llm_confirmatory().startswith("Not finished: no report yet")
     t = {"mean": 4.0, "half_width": 3.0, "seeds_above_0": 5, "seeds": 6, "p": 0.02}
-    res = {"seeds": [300, 301], "seeds_complete": [300], "family_complete": False,
+    res = {"seeds": [300, 301], "seeds_complete": [300], "family_complete": False, "protocol": "docs/p.md",
            "overrides": {"iterations": 30}, "edge_iterations": 5,
            "contrasts": {"gated_bepo - grpo": {"primary": True, "test": t, "paper": 13.4, "toy_policy": "+7.3",
                                                "against_paper": "smaller", "per_seed": [2.5, -1.0],
@@ -90,7 +90,7 @@ def test_the_llm_confirmatory_tables_wait_for_every_run(tmp_path, monkeypatch):
     (tmp_path / "llm_confirmatory" / "summary.json").write_text(json.dumps(res))
     partial = mod.llm_confirmatory()
     assert partial.startswith("Not finished: 1 of 2 seeds") and "+4.0" not in partial
-    assert "+4.0" not in "\n".join(mod._llm_confirmatory_headline(res))
+    assert "+4.0" not in "\n".join(mod._llm_confirmatory_headline("llm_confirmatory"))
     res["family_complete"], res["seeds_complete"] = True, [300, 301]
     (tmp_path / "llm_confirmatory" / "summary.json").write_text(json.dumps(res))
     table = mod.llm_confirmatory()
@@ -98,6 +98,17 @@ def test_the_llm_confirmatory_tables_wait_for_every_run(tmp_path, monkeypatch):
     assert "| grpo | 0.250 | 0.100 | 0.200 | - | 1.2 |" in table
     assert "| grpo | +15.0 +- 8.5 | 0.250 -> 0.500 | 0.400 -> 0.125 |" in table
     assert "| 301 | 0.100 -> 0.300 | -1.0 |" in table
-    bullets = mod._llm_confirmatory_headline(res)
+    bullets = mod._llm_confirmatory_headline("llm_confirmatory")
     assert bullets[2] == ("- gated_bepo - grpo: **+4.0 +- 3.0** (5/6 seeds > 0), above 0; Holm p 0.040, **confirmed**; "
                           "the paper +13.4: smaller; the character policy's test +7.3")
+    # a test fixed in advance writes a sealed summary until its last run: the count and the hours, no number
+    sealed = {"seeds": [500, 501], "protocol": "docs/p2.md", "sealed": True, "family_complete": False,
+              "runs_finished_count": 3, "runs_total": 8, "evaluation": {"games": 48, "episodes": 4},
+              "wall": {"finished_segments_hours": 2.25, "stopped_segments": 1}}
+    (tmp_path / "llm_confirmatory_2").mkdir()
+    (tmp_path / "llm_confirmatory_2" / "summary.json").write_text(json.dumps(sealed))
+    assert mod.llm_confirmatory("llm_confirmatory_2").startswith("Not finished: 3 of 8 runs finished (2.2 h")
+    line, = mod._llm_confirmatory_headline("llm_confirmatory_2")
+    assert "48 games x 4 episodes" in line and "2 fresh seeds" in line and line.endswith(
+        "3 of 8 runs finished (2.2 h of finished run segments, 1 stopped segments); fixed in advance, the test "
+        "reads no number before every run has finished.")
