@@ -295,6 +295,13 @@ def llm_confirmatory_lines(res: dict) -> list[str]:
         label = name if c["primary"] else f"{name} (secondary)"
         lines.append(f"| {label} | {diff} | {p} | {holm_p} | {dec} | {paper} | {c['against_paper'] or ''} | "
                      f"{c['toy_policy'] or ''} |")
+    seen = [(n, c) for n, c in res["contrasts"].items() if c["primary"] and c.get("smallest_effect_at_power")]
+    if seen:  # what the seeds could see at the SDs observed (the protocol's power was computed before the runs)
+        lines += ["", f"What {len(res['seeds_complete'])} seeds could see: the per-seed differences' SD was "
+                  + ", ".join(f"{c['sd']:.1f} points ({n})" for n, c in seen) + "; at those SDs they see "
+                  + ", ".join(f"{c['smallest_effect_at_power']:.1f}" for _, c in seen)
+                  + f" points with {res['power']:.0%} power (two-sided t at {res['first_level']:.3g}, Holm's first "
+                  "step)."]
     lines += ["", f"| arm | {games} success after (mean over seeds) | before | invalid-command rate (all iterations) | "
               "gated share (records given step credit: gate open; GiGPO: in a step group of 2 or more) | "
               "iteration hours (sum of step times, evaluations excluded) |", "|---|---|---|---|---|---|"]

@@ -3,7 +3,7 @@ docs/llm-confirmatory-2.md (read it first: the arms, seeds, endpoint, decision r
 and changing them after a run started is a deviation that the report must name).
 
     nice python -m experiments.llm_confirmatory_2 run      # every (seed, arm) run in the fixed order, each in a fresh process; resumable
-    python -m experiments.llm_confirmatory_2 report        # the numbers; the decision once every run finished
+    python -m experiments.llm_confirmatory_2 report        # the numbers and the decision once every run finished (before: which runs finished)
     python -m experiments.llm_confirmatory_2 status        # which runs finished, which started
     python -m experiments.llm_confirmatory_2 note --text "..."   # a dated note in the log (a correction)
     nice python -m experiments.llm_confirmatory_2 run --no-start-after "2026-12-07 18:50"   # leave no run half done at a stop
@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from .llm_test import LLMTest
+from .llm_test import POWER, LLMTest, smallest_effect, t_power
 
 NAME = "llm_confirmatory_2"
 # -- the protocol (docs/llm-confirmatory-2.md); fixed before the first run -----------------------------------
@@ -33,7 +33,6 @@ SECONDARY = (("gigpo", "grpo"), ("bepo_nogate", "grpo"), ("gated_bepo", "bepo_no
 # evaluation (it does not change what trains, and costs about 8 minutes a run); one checkpoint kept
 OVERRIDES = dict(eval_train=False, checkpoint_every=2, keep_checkpoints=1)
 EFFECT = 7.0  # points of held-out success the test is sized to see (the character policy's +7.3)
-POWER = 0.8
 ALPHA = 0.05  # two-sided; Holm over the two primary contrasts: the first rejection is at ALPHA / 2
 CAP_HOURS = 30.0  # wall time on the 2-core machine, all runs, every start and rerun included
 RESERVE_SEEDS = 1  # of the seeds the cap pays for, one seed's runs kept back for reruns (stops, crashes)
@@ -42,36 +41,12 @@ PAPER = {("gated_bepo", "grpo"): 13.4, ("gated_bepo", "gigpo"): None, ("gigpo", 
 SEEDS: tuple = tuple(range(500, 508))  # fixed by the protocol from ``power``'s computation (docs/llm-confirmatory-2.md)
 
 
-def t_power(n: int, effect: float, sd: float, alpha: float = ALPHA) -> float:
-    """Power of the two-sided one-sample t-test at level ``alpha`` with ``n`` paired differences of mean
-    ``effect`` and standard deviation ``sd``: P(|T| > t_{1 - alpha/2, n-1}) with T noncentral t of n - 1
-    degrees of freedom and noncentrality effect / (sd / sqrt(n))."""
-    from scipy import stats
-
-    if n < 2:
-        return float("nan")
-    df, nc = n - 1, effect / (sd / math.sqrt(n))
-    crit = stats.t.ppf(1 - alpha / 2, df)
-    lower = stats.nct.sf(crit, df, -nc)  # = P(T < -crit); the cdf form returns NaN at some large nc
-    return float(stats.nct.sf(crit, df, nc) + (0.0 if math.isnan(lower) else lower))
-
-
 def seeds_for(effect: float, sd: float, *, power: float = POWER, alpha: float = ALPHA, most: int = 10_000) -> int:
     """The smallest number of seeds n >= 2 whose ``t_power`` reaches ``power``."""
     for n in range(2, most + 1):
         if t_power(n, effect, sd, alpha) >= power:
             return n
     raise ValueError(f"seeds_for: more than {most} seeds for an effect of {effect} at SD {sd}.")
-
-
-def smallest_effect(n: int, sd: float, *, power: float = POWER, alpha: float = ALPHA) -> float:
-    """The effect that ``n`` seeds see with probability ``power`` (``t_power`` solved for the effect)."""
-    from scipy.optimize import brentq
-
-    hi = sd
-    while t_power(n, hi, sd, alpha) < power:  # an upper end where the power is reached
-        hi *= 2
-    return float(brentq(lambda d: t_power(n, d, sd, alpha) - power, 1e-9 * sd, hi))
 
 
 def evaluation_sd(per_game_a: list[float], per_game_b: list[float], episodes: int) -> float:

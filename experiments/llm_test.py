@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from datetime import datetime
 from pathlib import Path
 from typing import Optional
@@ -38,13 +39,14 @@ from bepo_jax.agent.train.report import mean_ci, trailing_mean
 from bepo_jax.agent.train.rundir import HELD_OUT_FILE, is_finished_run_of
 
 from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines, write_text
-from .confirmatory import LOG_TIME_FORMAT, _events, _log, decision, holm, paired_test
+from .confirmatory import ALPHA, LOG_TIME_FORMAT, _events, _log, decision, holm, paired_test
 from .formatting import llm_confirmatory_lines, sealed_status, size_verdict
 
 RECORD_FILES = ("config.json", "metrics.jsonl", HELD_OUT_FILE)  # what the report and ``pending`` read
 ENDPOINTS = {"eval": "held-out", "eval_train": "training games"}  # a run's evaluations, by their metrics' prefix
 EDGE = 5  # iterations averaged at each end of a run's curves (the plot's trailing window)
 DEADLINE_FORMAT = "%Y-%m-%d %H:%M"  # --no-start-after, local time
+POWER = 0.8  # the power at which a test states the smallest effect it sees
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -210,6 +212,11 @@ class LLMTest:
         return rec if (rec / "metrics.jsonl").exists() else self.run_dir(arm, seed, out)
 
     @property
+    def first_level(self) -> float:
+        """The level of Holm's first rejection over the primary contrasts: ALPHA / their number."""
+        return ALPHA / max(1, len(self.primary))
+
+    @property
     def sealed_until_complete(self) -> bool:
         """A test fixed in advance reads none of its numbers before every run has finished (its protocol):
         before then its report says only which runs finished and the time they took. A pilot or another
@@ -228,7 +235,10 @@ class LLMTest:
         for a, b in self.primary + self.secondary:
             diffs = [100 * (runs[a][s]["final"] - runs[b][s]["final"]) for s in complete]
             t = paired_test(diffs) if len(diffs) > 1 else None
-            contrasts[f"{a} - {b}"] = {"primary": (a, b) in self.primary, "per_seed": diffs, "test": t,
+            sd = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else float("nan")
+            contrasts[f"{a} - {b}"] = {"primary": (a, b) in self.primary, "per_seed": diffs, "test": t, "sd": sd,
+                                       "smallest_effect_at_power": None if self.exploratory or not sd > 0 else
+                                       smallest_effect(len(diffs), sd, alpha=self.first_level),
                                        "paper": self.paper.get((a, b)), "toy_policy": self.toy.get((a, b)),
                                        "against_paper": None if t is None else size_verdict(
                                            (t["mean"], t["half_width"]), self.paper.get((a, b)))}
@@ -263,7 +273,7 @@ class LLMTest:
         cfg = self.config(self.arms[0], self.seeds[0])
         return {"command": command(self.name), "protocol": self.protocol, "recipe": self.base, "arms": self.arms,
                 "seeds": self.seeds, "endpoint": self.endpoint, "overrides": self.overrides,
-                "iterations": self.iterations, "edge_iterations": EDGE,
+                "iterations": self.iterations, "edge_iterations": EDGE, "power": POWER, "first_level": self.first_level,
                 "evaluation": {"games": cfg.eval_tasks, "episodes": cfg.episodes_per_evaluation}}
 
     def _sealed_report(self, finished: dict, complete: list) -> dict:
@@ -332,6 +342,30 @@ class LLMTest:
          "status": lambda: self.status(out),
          "note": lambda: self.log(event="note", text=args.text.strip())}[args.action]()
         return 0
+
+
+def t_power(n: int, effect: float, sd: float, alpha: float = ALPHA) -> float:
+    """Power of the two-sided one-sample t-test at level ``alpha`` with ``n`` paired differences of mean
+    ``effect`` and standard deviation ``sd``: P(|T| > t_{1 - alpha/2, n-1}) with T noncentral t of n - 1
+    degrees of freedom and noncentrality effect / (sd / sqrt(n))."""
+    from scipy import stats
+
+    if n < 2:
+        return float("nan")
+    df, nc = n - 1, effect / (sd / math.sqrt(n))
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    lower = stats.nct.sf(crit, df, -nc)  # = P(T < -crit); the cdf form returns NaN at some large nc
+    return float(stats.nct.sf(crit, df, nc) + (0.0 if math.isnan(lower) else lower))
+
+
+def smallest_effect(n: int, sd: float, *, power: float = POWER, alpha: float = ALPHA) -> float:
+    """The effect that ``n`` seeds see with probability ``power`` (``t_power`` solved for the effect)."""
+    from scipy.optimize import brentq
+
+    hi = sd
+    while t_power(n, hi, sd, alpha) < power:  # an upper end where the power is reached
+        hi *= 2
+    return float(brentq(lambda d: t_power(n, d, sd, alpha) - power, 1e-9 * sd, hi))
 
 
 def local_time(text: str) -> datetime:

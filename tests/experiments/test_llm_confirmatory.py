@@ -56,6 +56,11 @@ def test_the_report_pairs_seeds_and_decides_only_when_complete(tmp_path, monkeyp
     want = [100 * (finals["gated_bepo"][s] - finals["gigpo"][s]) for s in lc.SEEDS]
     np.testing.assert_allclose(c["per_seed"], want)
     assert abs(c["test"]["p"] - stats.ttest_1samp(want, 0.0).pvalue) < 1e-12
+    # what the seeds could see at the SD observed: 80% power at Holm's first level (0.05 / 2 primaries)
+    assert abs(c["sd"] - np.std(want, ddof=1)) < 1e-9
+    assert abs(lt.t_power(6, c["smallest_effect_at_power"], c["sd"], 0.025) - 0.8) < 1e-6
+    assert f"SD was {res['contrasts']['gated_bepo - grpo']['sd']:.1f} points (gated_bepo - grpo), {c['sd']:.1f} " \
+        f"points (gated_bepo - gigpo)" in (tmp_path / "results" / "report.md").read_text()
     g = res["contrasts"]["gated_bepo - grpo"]
     assert g["holm"]["decision"] == "confirmed" and "holm" not in res["contrasts"]["gigpo - grpo"]
     assert "**confirmed**" in (tmp_path / "results" / "report.md").read_text()
