@@ -243,30 +243,20 @@ class LLMTest:
                                        "against_paper": None if t is None else size_verdict(
                                            (t["mean"], t["half_width"]), self.paper.get((a, b)))}
         family_complete = len(complete) == len(self.seeds)
-        events = _events(self.results_dir)
         if family_complete and not self.exploratory:
             prim = {k: c["test"]["p"] for k, c in contrasts.items() if c["primary"]}
             for k, h in holm(prim).items():
                 contrasts[k]["holm"] = {**h, "decision": decision(contrasts[k]["test"], h)}
-        res = {**self._header(), "seeds_complete": complete, "family_complete": family_complete, "contrasts": contrasts,
-               "arms_summary": {a: {"final": [runs[a][s]["final"] for s in complete],
-                                    "initial": [runs[a][s]["initial"] for s in complete],
-                                    "invalid_rate": [runs[a][s]["invalid_rate"] for s in complete],
-                                    "gated_share": [runs[a][s]["gated_share"] for s in complete],
-                                    "hours": sum(r["seconds"] for r in runs[a].values() if r) / 3600,
-                                    **change_over_the_run([runs[a][s] for s in complete])} for a in self.arms},
-               "curves": {a: [runs[a][s]["train_success"] for s in complete] for a in self.arms},
-               "invalid_curves": {a: [runs[a][s]["invalid_curve"] for s in complete] for a in self.arms},
-               "gated_curves": {a: [runs[a][s]["gated_curve"] for s in complete] for a in self.arms},
-               "events": events,
-               "wall": wall_hours(events),
-               "machine": machine()}
-        stem = "" if self.endpoint == "eval" else f"_{self.endpoint}"  # a pilot's training-game report beside
-        write_json(self.results_dir / f"summary{stem}.json", res)
-        write_lines(self.results_dir / f"report{stem}.md", self.markdown(res))
-        if complete:
-            plot(res, self.results_dir / f"curves{stem}.png", title=self.title or self.name)
-        return res
+        arms_summary = {a: {"final": [runs[a][s]["final"] for s in complete],
+                            "initial": [runs[a][s]["initial"] for s in complete],
+                            "invalid_rate": [runs[a][s]["invalid_rate"] for s in complete],
+                            "gated_share": [runs[a][s]["gated_share"] for s in complete],
+                            "hours": sum(r["seconds"] for r in runs[a].values() if r) / 3600,
+                            **change_over_the_run([runs[a][s] for s in complete])} for a in self.arms}
+        curves = lambda key: {a: [runs[a][s][key] for s in complete] for a in self.arms}
+        return self._write({"seeds_complete": complete, "family_complete": family_complete, "contrasts": contrasts,
+                            "arms_summary": arms_summary, "curves": curves("train_success"),
+                            "invalid_curves": curves("invalid_curve"), "gated_curves": curves("gated_curve")})
 
     def _header(self) -> dict:
         """What every summary states first: the command, the protocol and what it fixed."""
@@ -279,14 +269,25 @@ class LLMTest:
     def _sealed_report(self, finished: dict, complete: list) -> dict:
         """The report of a test fixed in advance before its last run finished: which runs finished, every
         logged event and the wall time spent (the compute cap's accounting), and no outcome number."""
+        return self._write({"sealed": True, "runs_finished": finished,
+                            "runs_finished_count": sum(len(v) for v in finished.values()),
+                            "runs_total": len(self.arms) * len(self.seeds), "seeds_complete": complete,
+                            "family_complete": False})
+
+    def _write(self, body: dict) -> dict:
+        """The summary: the header, ``body``, the log's events, their wall hours and the machine; written as
+        summary{stem}.json and report{stem}.md (a pilot's training-game report beside the held-out one), with
+        curves{stem}.png where a seed is complete (a sealed report removes an earlier one)."""
         events = _events(self.results_dir)
-        res = {**self._header(), "sealed": True, "runs_finished": finished,
-               "runs_finished_count": sum(len(v) for v in finished.values()),
-               "runs_total": len(self.arms) * len(self.seeds), "seeds_complete": complete,
-               "family_complete": False, "events": events, "wall": wall_hours(events), "machine": machine()}
-        write_json(self.results_dir / "summary.json", res)
-        write_lines(self.results_dir / "report.md", self.markdown(res))
-        (self.results_dir / "curves.png").unlink(missing_ok=True)
+        res = {**self._header(), **body, "events": events, "wall": wall_hours(events), "machine": machine()}
+        stem = "" if self.endpoint == "eval" else f"_{self.endpoint}"
+        write_json(self.results_dir / f"summary{stem}.json", res)
+        write_lines(self.results_dir / f"report{stem}.md", self.markdown(res))
+        curves = self.results_dir / f"curves{stem}.png"
+        if res.get("sealed"):
+            curves.unlink(missing_ok=True)
+        elif res["seeds_complete"]:
+            plot(res, curves, title=self.title or self.name)
         return res
 
     def markdown(self, res: dict) -> list[str]:
