@@ -32,14 +32,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-import jax
 import numpy as np
 
 from bepo_jax.agent.train.recipes import recipe
 
-from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines
+from .common import RESULTS, ROOT, checkout, command, git_commit, machine, parser, write_json, write_lines
 
 NAME = "bench_chat_cache"
 GAMES = ROOT / "runs" / ".textworld_games"
@@ -54,7 +52,6 @@ VARIANTS = [  # name, prompt_history, reuse_cache
 # there has no reuse_cache; only the recipe's RunConfig and LLMSetup.iterate, which both have).
 BEFORE_SIDE = r"""
 import json, sys, time
-from pathlib import Path
 from bepo_jax.agent.train.llm_setup import LLMSetup
 from bepo_jax.agent.train.recipes import recipe
 iterations, games = int(sys.argv[1]), Path(sys.argv[2])
@@ -74,7 +71,6 @@ print(json.dumps(rows))
 # transformers' generate over the same chats: a standalone script (no bepo_jax import).
 TORCH_SIDE = r"""
 import json, sys, time
-from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 gguf, threads, chats = sys.argv[1], int(sys.argv[2]), json.loads(Path(sys.argv[3]).read_text())
@@ -179,17 +175,13 @@ def main(argv=None) -> None:
     res = {"command": command(NAME, argv), "machine": machine(), "commit": git_commit(),
            "iterations": args.iterations, "variants": []}
     if args.before:
-        tree = Path(tempfile.mkdtemp()) / "before"
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree), args.before], cwd=ROOT, check=True)
-        try:
+        with checkout(args.before) as tree:
             env = {**os.environ, "PYTHONPATH": str(tree)}
             r = subprocess.run([sys.executable, "-c", BEFORE_SIDE, str(args.iterations), str(GAMES)], cwd=tree, env=env,
                                capture_output=True, text=True)
-            if r.returncode:
-                raise SystemExit(f"the baseline failed:\n{r.stderr[-3000:]}")
-            rows = json.loads(r.stdout.strip().splitlines()[-1])
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
+        if r.returncode:
+            raise SystemExit(f"the baseline failed:\n{r.stderr[-3000:]}")
+        rows = json.loads(r.stdout.strip().splitlines()[-1])
         res["variants"].append({"variant": f"before: commit {args.before}, 1 earlier turn shown (recipe)",
                                 "history": 1, "reuse": None, "rows": rows, **summarize(rows)})
         print(res["variants"][-1]["variant"], summarize(rows), flush=True)
@@ -222,7 +214,7 @@ def main(argv=None) -> None:
 
 def render(res: dict) -> list[str]:
     f = lambda x, d=1: "-" if x is None else f"{x:.{d}f}"
-    lines = [f"# Multi-turn cache reuse: an LLM iteration's cost", "",
+    lines = ["# Multi-turn cache reuse: an LLM iteration's cost", "",
              f"`{res['command']}` at {res['commit']} on {res['machine'].get('cpu_count')} CPUs; "
              f"{res['iterations']} iterations per variant (the same seeds); the columns up to 'sequence length' are "
              f"means over iterations {SKIP + 1}-{res['iterations']} (the first {SKIP} compile most; with and without "

@@ -9,6 +9,7 @@ became a package name the older form, ``python -m experiments.NAME``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -16,7 +17,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results"
@@ -67,6 +68,22 @@ def git_commit() -> str:
         return "unknown"
     dirty = [line for line in status if not line[3:].strip('"').startswith("experiments/results/")]
     return head + ("+changes" if dirty else "")
+
+
+@contextlib.contextmanager
+def checkout(commit: str) -> Iterator[Path]:
+    """A detached git worktree of ``commit`` in a temporary folder, removed afterwards: a baseline
+    "before" runs that commit's code in its own process (``PYTHONPATH`` = the folder)."""
+    import subprocess
+    import tempfile
+
+    tree = Path(tempfile.mkdtemp()) / "before"
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
+                   capture_output=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
 
 
 def write_text(path: Path, text: str) -> Path:

@@ -32,7 +32,7 @@ def pre(tiny_chat_dir):
     return load_pretrained(tiny_chat_dir)
 
 
-def _run(pre, *, trainer=None, tasks=(0, 1), seed=0, max_steps=3, **kw):
+def _run(pre, *, trainer=None, tasks=(0, 1), seed=0, max_steps=3, capture=None, **kw):
     cfg = ChatRolloutConfig(**{"group_size": 2, "temperature": TEMPERATURE, "max_reply": 12, **kw})
     tr = trainer or Trainer(pre.model, TrainConfig(temperature=TEMPERATURE))
     envs: list[Corridor] = []
@@ -41,7 +41,7 @@ def _run(pre, *, trainer=None, tasks=(0, 1), seed=0, max_steps=3, **kw):
         envs.append(Corridor())
         return envs[-1]
 
-    ro = ChatRollout(pre, tr.graphdef, tr.rest, make, cfg, max_steps=max_steps)
+    ro = ChatRollout(pre, tr.graphdef, tr.rest, make, cfg, max_steps=max_steps, capture=capture)
     out = ro(tr.init_state().params, list(tasks), jax.random.PRNGKey(seed))
     return tr, ro, out, envs
 
@@ -189,6 +189,26 @@ def test_the_frozen_blocks_output_recorded_in_decoding_is_the_forwards(tiny_chat
                                                  jnp.asarray(old), jnp.asarray(np.where(resp, 1.0, 0.0)),
                                                  hidden=jnp.asarray(hidden)))
     assert abs(float(m["approx_kl"])) < 1e-6 and float(m["clip_frac"]) == 0.0 and float(m["grad_norm"]) > 0
+
+
+def test_an_evaluations_rollout_keeps_no_frozen_output_and_samples_the_same(tiny_chat_dir):
+    # capture=False (an evaluation's rollout): no recorded block output, the same replies and log-probs as
+    # the update's rollout, and both equal the model's own full forward
+    pre = load_pretrained(tiny_chat_dir)
+    pre.model.capture_layer = 1
+    tr = Trainer(pre.model, TrainConfig(temperature=TEMPERATURE), trainable=trainable(pre.model, top_layers=1))
+    outs = {c: _run(pre, trainer=tr, tasks=(2, 1), seed=5, max_steps=4, prompt_history=3, capture=c)[2]
+            for c in (None, False)}
+    kept, lean = outs[None], outs[False]
+    assert kept.hidden is not None and lean.hidden is None
+    assert np.asarray(lean.response_mask).sum() > 0
+    for f in ("tokens", "mask", "response_mask", "success"):
+        np.testing.assert_array_equal(np.asarray(getattr(lean, f)), np.asarray(getattr(kept, f)))
+    np.testing.assert_allclose(np.asarray(lean.old_logp), np.asarray(kept.old_logp), atol=1e-6)
+    got, want = _full_forward_logp(pre, lean)
+    np.testing.assert_allclose(want, got, atol=2e-5)
+    with pytest.raises(ValueError, match="capture_layer"):  # nothing to keep: refused, not silently empty
+        _run(load_pretrained(tiny_chat_dir), capture=True)
 
 
 def test_each_distinct_prompt_runs_once_and_a_row_keeps_what_its_cache_holds(pre):

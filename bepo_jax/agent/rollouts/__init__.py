@@ -6,7 +6,8 @@ tokens, masks and log-probs the update needs, as a ``Rollout``).
 - ``host``: the same policy on a Python environment (TextWorld, or a JAX environment stepped on the
   host), the policy calls batched and jitted, the environment stepped in Python (``make_host_rollout``);
 - ``chat``: a pretrained model through its chat template (``ChatRollout``), with its KV caches carried
-  from turn to turn.
+  from turn to turn;
+- ``memory``: the C allocator's freed memory given back to the system between turns and phases.
 """
 
 from .chat import ChatRollout, ChatRolloutConfig

@@ -58,7 +58,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -67,6 +67,7 @@ from flax import nnx
 
 from ...credit.configs import check_bool, check_choice, check_int
 from ...credit.hashing import action_keys, hash_observations
+from .memory import release
 from ..models.generate import left_pad
 from .jitted import Rollout, check_sampling_fields, decode_responses, finish_rollout
 
@@ -218,10 +219,18 @@ class ChatRollout:
     ``timing`` the seconds spent decoding and stepping environments and the tokens prefilled
     (``prefill_tokens``: computed; ``prompt_tokens``: the live rows' prompts, what a rollout
     without reuse computes; ``shared_prefix``: the prefix tokens computed once); ``compiles``
-    counts the programs traced so far."""
+    counts the programs traced so far. ``capture``: record the frozen blocks' output for the update
+    (``Rollout.hidden``); None: when the model records it (``LlamaLM.capture_layer``), False for
+    an evaluation, which scores replies only (the same tokens and log-probs: tested).
+
+    Memory: a turn's cache holds rows x (P + R) slots of keys and values in every block (the
+    recipe's 64 evaluation rows at P = 1024: 3 GiB); the reply loop writes into the cache it is
+    given (donated), and after each turn the freed memory goes back to the system
+    (``rollouts.memory.release``)."""
 
     def __init__(self, pretrained, graphdef, frozen, make_env: Callable[[], Any],
-                 config: ChatRolloutConfig = ChatRolloutConfig(), *, max_steps: int = 8):
+                 config: ChatRolloutConfig = ChatRolloutConfig(), *, max_steps: int = 8,
+                 capture: Optional[bool] = None):
         check_int("ChatRollout", "max_steps", max_steps, lo=1)
         self.pre, self.tok, self.config, self.max_steps = pretrained, pretrained.tokenizer, config, max_steps
         self.graphdef, self.frozen, self.make_env = graphdef, frozen, make_env
@@ -241,19 +250,30 @@ class ChatRollout:
         self.episodes: list[list[dict]] = []
         self.timing: dict = {"decode_s": 0.0, "env_s": 0.0}
         self.compiles = 0
-        # the model records its frozen blocks' output for the update (``LlamaLM.capture_layer``)
-        self.capture = getattr(pretrained.model, "capture_layer", None) is not None
+        # the model records its frozen blocks' output for the update (``LlamaLM.capture_layer``);
+        # ``capture=False``: not here (an evaluation scores replies only)
+        can = getattr(pretrained.model, "capture_layer", None) is not None
+        if capture and not can:
+            raise ValueError("ChatRollout(capture=True): the model records no block's output; set "
+                             "LlamaLM.capture_layer (the first trained block) first.")
+        self.capture = can if capture is None else bool(capture)
         self._move = jax.jit(self._move_fn, static_argnames=("length",))
         self._extend = jax.jit(self._extend_fn)
-        self._decode = jax.jit(self._decode_fn, static_argnames=("constrained",))
+        # the cache is donated: the reply loop writes into it instead of a copy (one cache less at the peak)
+        self._decode = jax.jit(self._decode_fn, static_argnames=("constrained",), donate_argnames=("cache",))
         self._prefix = jax.jit(self._prefix_fn)
 
     # -- the compiled programs -------------------------------------------------------------
+    def _empty_cache(self, model, rows: int, slots: int):
+        """``model.empty_cache`` without the recorded blocks' output unless this rollout keeps it."""
+        cache = model.empty_cache(rows, slots)
+        return cache if self.capture else cache._replace(hidden=None)
+
     def _prefix_fn(self, params, frozen, tokens, mask):
         """The shared prefix's cache: one row, ending at slot P = its chunk's width."""
         self.compiles += 1  # runs only while tracing
         model = nnx.merge(self.graphdef, params, frozen)
-        return model.extend(model.empty_cache(1, tokens.shape[1] + self.config.max_reply), tokens, mask, 0)[1]
+        return model.extend(self._empty_cache(model, 1, tokens.shape[1] + self.config.max_reply), tokens, mask, 0)[1]
 
     def _move_fn(self, cache, src_row, len_old, len_new, kept, *, length: int):
         """Each distinct row's first ``kept`` tokens from its source row of ``cache`` (whose prompts
@@ -423,7 +443,7 @@ class ChatRollout:
         action_text = np.full((N, T), "", object)  # the chosen command ("" = no valid command, and padding)
         turns = []  # per turn: (prompt rows, reply tokens [N, R], reply mask, logp, hidden)
         frozen = self.frozen
-        empty = lambda: self.pre.model.empty_cache(1, cfg.bucket + R)  # no prefix kept: nothing visible
+        empty = lambda: self._empty_cache(self.pre.model, 1, cfg.bucket + R)  # no prefix kept: nothing visible
         computed = prompted = 0
         # the prefix every row's first prompt shares, computed once (the weights change each call)
         first = [self.prompt_ids(objective[i], [], obs[i], cmds[i]) for i in range(N)]
@@ -455,6 +475,7 @@ class ChatRollout:
                                                     constrained=cfg.constrained)
             reply_tok, reply_mask, reply_logp = map(np.asarray, jax.device_get((toks, alive, logp)))
             hid = np.asarray(jax.device_get(cache.hidden)) if self.capture else None
+            release()  # the turn's freed caches back to the system (``memory.release``)
             decode_s += time.perf_counter() - t1
             computed += plan["computed"]
             prompted += sum(len(rows[i]) for i in np.flatnonzero(live))

@@ -82,7 +82,7 @@ def evaluate_games(setup, params, games: Sequence[str], *, episodes: Optional[in
     K = episodes or setup.rollout_cfg.group_size
     if K < 1:
         raise ValueError(f"--episodes {K}: play at least 1 episode per game.")
-    ro = setup.rollout_for(K)
+    ro = setup.rollout_for(K, evaluation=True)
     games = list(games)
     outs = rollouts_in_batches(ro, params, games, jax.random.PRNGKey(seed), batch)
     records = []
@@ -93,6 +93,7 @@ def evaluate_games(setup, params, games: Sequence[str], *, episodes: Optional[in
             records.append({"game": g, "signature": game_signature(g), "success": float(success[j].mean()),
                             "episodes": K, "turns": float(valid[j].sum(-1).mean()),
                             "invalid_rate": float(((actions[j] < 0) & valid[j]).sum() / max(valid[j].sum(), 1))})
+        del out  # not held while the next batch rolls out
     per_game = np.asarray([r["success"] for r in records])
     ci = mean_ci(per_game)[1]
     return {"success_rate": float(per_game.mean()), "ci95": None if math.isnan(ci) else float(ci),  # one game: none

@@ -49,9 +49,14 @@ class ChatPolicy:
         self.reference = trainer.init_state().params if kl else None
         self.trainers: dict[int, Trainer] = {}
 
-    def make_rollout(self, config):
+    def make_rollout(self, config, *, evaluation: bool = False):
+        """The chat rollout of ``config``; an evaluation's keeps no frozen blocks' output (``capture``)."""
         return ChatRollout(self.pretrained, self.trainer.graphdef, self.trainer.rest, self.chat_env, config,
-                           max_steps=self.max_steps)
+                           max_steps=self.max_steps, capture=False if evaluation else None)
+
+    def lean_evaluation(self) -> bool:
+        """The update starts from the frozen blocks' output the rollout records, which scoring does not read."""
+        return getattr(self.pretrained.model, "capture_layer", None) is not None
 
     def frozen_inputs(self):
         """The frozen parameters (``Trainer.rest``) and the KL reference's parameters: inputs of the

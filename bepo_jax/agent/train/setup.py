@@ -20,13 +20,14 @@ import dataclasses
 import math
 import time
 from pathlib import Path
-from typing import Optional, Protocol
+from typing import Iterator, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..envs.pools import DEFAULT_HELD_OUT
+from ..rollouts.memory import release
 from ..rl.train_step import Trainer, TrainState, UpdateBatch
 from ..rollouts.jitted import Rollout, prompt_length
 from ..rollouts.jitted import make_rollout as make_jitted_rollout
@@ -61,8 +62,13 @@ class PolicySide(Protocol):
     (``CharacterPolicy``) and a pretrained chat model (``llm_setup.ChatPolicy``) each implement;
     ``Setup.iterate`` is the iteration, written once for both."""
 
-    def make_rollout(self, config):
-        """A rollout ``(params, tasks, key) -> Rollout`` of ``config``'s episodes."""
+    def make_rollout(self, config, *, evaluation: bool = False):
+        """A rollout ``(params, tasks, key) -> Rollout`` of ``config``'s episodes; ``evaluation``: one that
+        records only what scoring needs."""
+
+    def lean_evaluation(self) -> bool:
+        """Whether an evaluation's rollout (``make_rollout(..., evaluation=True)``) records less than the
+        update's, so it is worth its own programs."""
 
     def frozen_inputs(self):
         """The arrays the update reads but does not train (an argument of the jitted update, never a
@@ -88,12 +94,15 @@ class CharacterPolicy:
     def __init__(self, model, env, host: bool):
         self.model, self.env, self.host = model, env, host
 
-    def make_rollout(self, config):
+    def make_rollout(self, config, *, evaluation: bool = False):
         if self.host:
             from ..rollouts.host import make_host_rollout
 
             return make_host_rollout(self.model, config=config, **self.env.rollout_args())
         return make_jitted_rollout(self.model, self.env, config)
+
+    def lean_evaluation(self) -> bool:
+        return False
 
     def frozen_inputs(self):
         return None
@@ -153,15 +162,19 @@ class Setup:
         self._eval = {}
         self._rollouts = {}
 
-    def rollout_for(self, episodes: int = 0):
+    def rollout_for(self, episodes: int = 0, *, evaluation: bool = False):
         """The run's rollout with ``episodes`` episodes per task: the run's own (its programs compiled) for
-        0 or the group size, else one built once per number (an evaluation's ``eval_episodes``)."""
-        if episodes in (0, self.rollout_cfg.group_size):
+        0 or the group size, else one built once per number (an evaluation's ``eval_episodes``).
+        ``evaluation``: an evaluation's, built apart when the policy's records less
+        (``PolicySide.lean_evaluation``: a chat policy's evaluation keeps no frozen blocks' output)."""
+        K = episodes or self.rollout_cfg.group_size
+        lean = evaluation and self.policy.lean_evaluation()
+        if K == self.rollout_cfg.group_size and not lean:
             return self.rollout
-        if episodes not in self._rollouts:
-            self._rollouts[episodes] = self.policy.make_rollout(dataclasses.replace(self.rollout_cfg,
-                                                                                    group_size=episodes))
-        return self._rollouts[episodes]
+        if (K, lean) not in self._rollouts:
+            self._rollouts[K, lean] = self.policy.make_rollout(dataclasses.replace(self.rollout_cfg, group_size=K),
+                                                               evaluation=lean)
+        return self._rollouts[K, lean]
 
     def init_state(self) -> TrainState:
         """The run's first state: the trainer's fresh state, with the parameters of
@@ -288,10 +301,13 @@ class Setup:
         else:
             k_task, k_roll = jax.random.split(key)
             idx = np.asarray(self._draw(k_task))
+            self.last_rollout = None  # the last iteration's: not kept through this one's rollout
             ro = self.last_rollout = self.rollout(state.params, [self.train_tasks[i] for i in idx], k_roll)
             if self._update is None:
                 self._update = jax.jit(self._learn, donate_argnums=(0,))
             state, m = self._update(state, ro, self.frozen_inputs(), self.credit_inputs(ro))
+            jax.block_until_ready(state)
+            release()  # the update's freed memory back to the system before the next rollout (rollouts.memory)
         m = {k: float(v) for k, v in jax.device_get(m).items()}
         m.update(self.policy.rollout_metrics(self.rollout, time.perf_counter() - t0))
         return state, m
@@ -339,9 +355,12 @@ class Setup:
         ids = self.task_ids_of(tasks)
         K = self.parts.episodes_per_evaluation
         if self.host:  # EVAL_BATCH tasks at a time (bounded memory); the first batch with ``key`` itself
-            outs = rollouts_in_batches(self.rollout_for(K), params, tasks, key, EVAL_BATCH)
-            return evaluation(np.concatenate([np.asarray(o.success) for o in outs]),
-                              np.concatenate([np.asarray(o.batch.reward) for o in outs]), ids)
+            success, reward = [], []
+            for o in rollouts_in_batches(self.rollout_for(K, evaluation=True), params, tasks, key, EVAL_BATCH):
+                success.append(np.asarray(o.success))
+                reward.append(np.asarray(o.batch.reward))
+                del o  # not held while the next batch rolls out
+            return evaluation(np.concatenate(success), np.concatenate(reward), ids)
         if K not in self._eval:
             self._eval[K] = jax.jit(self.rollout_for(K))
         ro = self._eval[K](params, jax.tree_util.tree_map(jnp.asarray, tasks), key)
@@ -351,12 +370,13 @@ class Setup:
 EVAL_BATCH = 16  # host environments' evaluation: tasks rolled out together
 
 
-def rollouts_in_batches(rollout, params, tasks, key, batch: int) -> list:
-    """``rollout`` over ``tasks`` ``batch`` at a time (bounded memory): the batch from task i with
-    ``key`` itself for i = 0 and ``fold_in(key, i)`` after, so up to ``batch`` tasks roll out as in
-    one call."""
-    return [rollout(params, tasks[i:i + batch], key if not i else jax.random.fold_in(key, i))
-            for i in range(0, len(tasks), batch)]
+def rollouts_in_batches(rollout, params, tasks, key, batch: int) -> Iterator:
+    """``rollout`` over ``tasks`` ``batch`` at a time (bounded memory: each batch's rollout is made when
+    the caller asks for it, so a caller that keeps only its numbers holds one at a time): the batch
+    from task i with ``key`` itself for i = 0 and ``fold_in(key, i)`` after, so up to ``batch`` tasks
+    roll out as in one call."""
+    for i in range(0, len(tasks), batch):
+        yield rollout(params, tasks[i:i + batch], key if not i else jax.random.fold_in(key, i))
 
 
 def action_counts(actions, valid, n_actions: int):
