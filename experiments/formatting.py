@@ -268,12 +268,17 @@ def credit_mass_lines(info: dict) -> list[str]:
     return lines
 
 
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless one: "1 stopped segment", "2 stopped segments"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def sealed_status(res: dict) -> str:
     """A sealed summary in one sentence: the runs finished and the hours spent, and why no number."""
     w = res["wall"]
     return (f"{res['runs_finished_count']} of {res['runs_total']} runs finished "
-            f"({w['finished_segments_hours']:.1f} h of finished run segments, {w['stopped_segments']} stopped "
-            "segments); fixed in advance, the test reads no number before every run has finished.")
+            f"({w['finished_segments_hours']:.1f} h of finished run segments, "
+            f"{count(w['stopped_segments'], 'stopped segment')}); fixed in advance, the test reads no number before every run has finished.")
 
 
 def llm_confirmatory_lines(res: dict) -> list[str]:

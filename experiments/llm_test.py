@@ -40,7 +40,7 @@ from bepo_jax.agent.train.rundir import HELD_OUT_FILE, is_finished_run_of
 
 from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines, write_text
 from .confirmatory import ALPHA, LOG_TIME_FORMAT, _events, _log, decision, holm, paired_test
-from .formatting import llm_confirmatory_lines, sealed_status, size_verdict
+from .formatting import count, llm_confirmatory_lines, sealed_status, size_verdict
 
 RECORD_FILES = ("config.json", "metrics.jsonl", HELD_OUT_FILE)  # what the report and ``pending`` read
 ENDPOINTS = {"eval": "held-out", "eval_train": "training games"}  # a run's evaluations, by their metrics' prefix
@@ -303,7 +303,7 @@ class LLMTest:
                          "success (no held-out number is read here)."), "", *llm_confirmatory_lines(res)]
         w = res["wall"]
         lines += ["", f"Wall time of the run segments that ran to their finish: {w['finished_segments_hours']:.1f} h; "
-                  f"{w['stopped_segments']} segments ended before their finish by a session stop or a killed process "
+                  f"{count(w['stopped_segments'], 'segment')} ended before their finish by a session stop or a killed process "
                   "(each resumed from its newest checkpoint, or began again where its checkpoints were lost; the log's "
                   f"notes say which); {w.get('finished_then_lost', 0)} finished runs were lost with their machine and "
                   "run again (counted in the hours above: their finished segments took "

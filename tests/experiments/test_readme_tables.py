@@ -110,5 +110,5 @@ def test_the_llm_confirmatory_tables_wait_for_every_run(tmp_path, monkeypatch):
     assert mod.llm_confirmatory("llm_confirmatory_2").startswith("Not finished: 3 of 8 runs finished (2.2 h")
     line, = mod._llm_confirmatory_headline("llm_confirmatory_2")
     assert "48 games x 4 episodes" in line and "2 fresh seeds" in line and line.endswith(
-        "3 of 8 runs finished (2.2 h of finished run segments, 1 stopped segments); fixed in advance, the test "
+        "3 of 8 runs finished (2.2 h of finished run segments, 1 stopped segment); fixed in advance, the test "
         "reads no number before every run has finished.")
