@@ -17,6 +17,12 @@ end, and the bytes of the JAX arrays alive then. Variants:
   time), which isolates what returning the allocator's free pages adds;
 - ``now``: the code now, as ``make train-llm`` runs it.
 
+Then XLA's own account of the update program (``compiled.memory_analysis()``: its temporary
+buffers) at sequence lengths L = 536, 792 and 1048 (an iteration's longest prompt bucket plus the
+24 reply slots; 1048 is the recipe's most) and ``grad_accum`` 4 (the recipe), 8 and 16 (smaller
+micro-batches of the same minibatches), compiled for the shapes of the first iteration's batch,
+never run.
+
 Every variant must compute the same numbers (the change frees memory, it computes nothing
 differently): each iteration's metrics but the timings, and every game's evaluation success, are
 compared with the first variant's, and the report says whether they are equal.
@@ -83,16 +89,53 @@ print(json.dumps({"phases": phases, "metrics": metrics, "evaluation": {"success_
 """
 
 
+# The update program's temporaries, by sequence length and micro-batch size (compiled, not run).
+UPDATE_SIDE = r"""
+import dataclasses, json, sys
+from pathlib import Path
+import jax, numpy as np
+from bepo_jax.agent.train.llm_setup import LLMSetup
+from bepo_jax.agent.train.recipes import recipe
+
+a = json.loads(sys.argv[1])
+setup = LLMSetup(recipe(a["recipe"]).replace(groups=a["groups"]), cache_dir=Path(a["games"]))
+state = setup.init_state()
+k_task, k_roll = jax.random.split(setup.iteration_key(1))
+ro = setup.rollout(state.params, [setup.train_tasks[i] for i in np.asarray(setup._draw(k_task))], k_roll)
+L0 = ro.tokens.shape[-1]
+frozen, credit = setup.frozen_inputs(), setup.credit_inputs(ro)
+base, rows = setup.policy.train_cfg, []
+for accum in a["grad_accum"]:
+    setup.policy.train_cfg = dataclasses.replace(base, grad_accum=accum)
+    for L in a["lengths"]:  # the batch's shapes with L tokens per sequence
+        shaped = jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct(tuple(L if d == L0 else d for d in x.shape), x.dtype), ro)
+        setup.policy.trainers.clear()
+        m = jax.jit(setup._learn, donate_argnums=(0,)).lower(state, shaped, frozen, credit).compile().memory_analysis()
+        rows.append({"grad_accum": accum, "length": L, "temp_gib": m.temp_size_in_bytes / 2**30,
+                     "argument_gib": m.argument_size_in_bytes / 2**30})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+print(json.dumps(rows))
+"""
+LENGTHS = (536, 792, 1048)
+GRAD_ACCUM = (4, 8, 16)
+
+
 def run_side(args, tree: Path, env: dict) -> dict:
     """One variant's process; its report, or the failure (a process killed for memory says so)."""
     side = {"recipe": RECIPE, "groups": args.groups, "iterations": args.iterations, "eval_games": args.eval_games,
             "seed": 0, "games": str(GAMES)}
-    r = subprocess.run([sys.executable, "-c", SIDE, json.dumps(side)], cwd=tree, capture_output=True, text=True,
+    return _process(SIDE, side, tree, env)
+
+
+def _process(script: str, side: dict, tree: Path, env: dict):
+    """``script`` in a fresh process with ``tree``'s code; its last line's JSON, or the failure."""
+    r = subprocess.run([sys.executable, "-c", script, json.dumps(side)], cwd=tree, capture_output=True, text=True,
                        env={**os.environ, **env, "PYTHONPATH": str(tree)})
     if r.returncode:
         return {"failed": r.returncode, "stderr": r.stderr[-2000:]}
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    if not Path(out.pop("bepo_jax")).resolve().is_relative_to(tree.resolve()):
+    if isinstance(out, dict) and not Path(out.pop("bepo_jax")).resolve().is_relative_to(tree.resolve()):
         raise SystemExit(f"the variant in {tree} imported another checkout's bepo_jax.")
     return out
 
@@ -125,6 +168,8 @@ def main(argv=None) -> None:
             out = run_side(args, where, env)
             res["variants"].append({"variant": name, "env": env, **out})
             print(name, json.dumps(out.get("phases", out))[:2000], flush=True)
+    res["update"] = _process(UPDATE_SIDE, {"recipe": RECIPE, "groups": args.groups, "games": str(GAMES),
+                                           "lengths": LENGTHS, "grad_accum": GRAD_ACCUM}, ROOT, {})
     done = [v for v in res["variants"] if "failed" not in v]
     for v in done[1:]:
         v["differs_from_first"] = differences(done[0], v)
@@ -160,6 +205,19 @@ def render(res: dict) -> list[str]:
                 else "DIFFERENT numbers: " + ", ".join(same[:8]))
         lines.append(f"- {v['variant']}: highest peak {g(peak)} GiB; longest sequence {v['sequence_length']} tokens; "
                      f"{word}.")
+    up = res.get("update")
+    if isinstance(up, list):
+        lengths = sorted({r["length"] for r in up})
+        lines += ["", "The update program's temporary buffers (GiB; XLA's `memory_analysis`, compiled for the first "
+                  f"iteration's batch of {res['groups']} games x 8 episodes x 4 turns, not run) by sequence length L "
+                  "and `grad_accum` (the recipe: 4):", "",
+                  "| grad_accum | " + " | ".join(f"L = {n}" for n in lengths) + " |",
+                  "|---:|" + "---:|" * len(lengths)]
+        for accum in sorted({r["grad_accum"] for r in up}):
+            cells = {r["length"]: r["temp_gib"] for r in up if r["grad_accum"] == accum}
+            lines.append(f"| {accum} | " + " | ".join(g(cells[n]) for n in lengths) + " |")
+    elif up is not None:
+        lines += ["", f"The update program's account failed (exit {up['failed']})."]
     return lines
 
 

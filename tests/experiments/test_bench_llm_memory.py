@@ -28,10 +28,15 @@ def test_a_variant_that_computes_anything_else_is_named_and_timings_are_not():
            "iterations": 2, "eval_games": 48, "machine": {"platform": "linux", "cpu_count": 2, "jax": "0.10.2"},
            "variants": [{"variant": "before", **ref}, {"variant": "now", **changed, "differs_from_first":
                                                           bench.differences(ref, changed)},
-                        {"variant": "killed", "failed": -9}]}
+                        {"variant": "killed", "failed": -9}],
+           "update": [{"grad_accum": ga, "length": n, "temp_gib": ga * n / 1000, "argument_gib": 0.4}
+                      for ga in (8, 4) for n in (1048, 536)]}
     text = "\n".join(bench.render(res))
     assert "now: highest peak 1.00 GiB" in text and "DIFFERENT numbers: iteration 1: loss" in text
     assert "| killed | failed (exit -9) |" in text
+    # the update's table: rows by grad_accum, columns by length, each cell its own record's
+    assert "| grad_accum | L = 536 | L = 1048 |" in text
+    assert "| 4 | 2.14 | 4.19 |" in text and "| 8 | 4.29 | 8.38 |" in text
 
 
 def test_the_baseline_runs_from_a_worktree_of_the_commit_that_is_removed_after():
