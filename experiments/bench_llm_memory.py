@@ -27,7 +27,8 @@ Every variant must compute the same numbers (the change frees memory, it compute
 differently): each iteration's metrics but the timings, and every game's evaluation success, are
 compared with the first variant's, and the report says whether they are equal.
 
-Results: ``experiments/results/bench_llm_memory.json`` and ``.md``.
+Results: ``experiments/results/bench_llm_memory.json`` and ``.md`` (another scale:
+``bench_llm_memory_g{groups}_e{eval games}_i{iterations}``).
 """
 
 from __future__ import annotations
@@ -174,8 +175,10 @@ def main(argv=None) -> None:
     for v in done[1:]:
         v["differs_from_first"] = differences(done[0], v)
     res["wall_s"] = time.perf_counter() - t0
-    write_json(RESULTS / f"{NAME}.json", res)
-    write_lines(RESULTS / f"{NAME}.md", render(res))
+    recipe_scale = (args.groups, args.eval_games, args.iterations) == (4, 48, 2)
+    name = NAME if recipe_scale else f"{NAME}_g{args.groups}_e{args.eval_games}_i{args.iterations}"
+    write_json(RESULTS / f"{name}.json", res)
+    write_lines(RESULTS / f"{name}.md", render(res))
 
 
 def render(res: dict) -> list[str]:
