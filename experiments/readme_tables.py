@@ -504,7 +504,7 @@ TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": c
           "e1_recipe_rescore": lambda: _rescore("e1_recipe_rescore"), "headline": headline,
           "warm_start": warm_start, "confirmatory": lambda: confirmatory_primary(_load("confirmatory.json")), "llm_job": llm_job,
           "llm_run": llm_run, "llm_run_first": lambda: llm_run("llm_textworld"), "llm_profile": llm_profile, "chat_cache": lambda: results_md("bench_chat_cache"),
-          "llm_memory": lambda: results_md("bench_llm_memory"),
+          "llm_memory_recipe_batch": lambda: results_md("bench_llm_memory_g4_e16_i2"),
           "rivals_recipe": rivals_recipe,
           "rivals_credit_mass": lambda: credit_mass("rivals_recipe"), "llm_confirmatory": llm_confirmatory,
           "llm_confirmatory_2": lambda: llm_confirmatory("llm_confirmatory_2")}

@@ -4,9 +4,9 @@ On CPU, JAX's buffers come from the C allocator. glibc keeps what a program free
 arenas (one per thread that allocated, up to 8 per core) for later requests, and XLA's
 worker threads allocate and free gigabytes in every chat turn (a turn's KV cache: rows x
 slots x 30 blocks x keys and values). Measured on the ``llm_textworld_wide`` recipe
-(``experiments/bench_llm_memory.py``): after one iteration the process held 8.2 GiB with 1.6
-GiB of live arrays, and ``malloc_trim(0)`` brought it to 2.3 GiB. Kept, that memory stacks
-under the next phase's own peak: the recipe's run reached 18.7 GiB.
+(``experiments/results/bench_llm_memory_g4_e16_i2.md``): without it the process held 6.53 GiB
+after its second iteration with 1.77 GiB of live arrays, with it 2.69; kept, that memory stacks
+under the next phase's own peak.
 
 ``release()`` calls glibc's ``malloc_trim(0)``, which returns every arena's free pages,
 and does nothing on another C library (macOS, musl) or when ``BEPO_JAX_MALLOC_TRIM=0``. It
@@ -16,6 +16,7 @@ turn and ``Setup.iterate`` after the update.
     >>> from bepo_jax.agent.rollouts.memory import release
     >>> isinstance(release(), bool)
     True
+
 """
 
 from __future__ import annotations
