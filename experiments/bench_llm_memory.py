@@ -2,6 +2,7 @@
 
     python -m experiments.bench_llm_memory                         # the recipe: 2 iterations, 48 held-out games
     python -m experiments.bench_llm_memory --groups 1 --eval-games 8   # a smaller batch (fits beside another run)
+    python -m experiments.bench_llm_memory --eval-games 16             # one evaluation batch (docs/llm.md's table)
 
 The ``llm_textworld_wide`` recipe (``make train-llm``: SmolLM2-135M-Instruct in TextWorld, 4 games x 8
 episodes an iteration, the top 4 blocks trained) from its initial state: ``--iterations``
