@@ -52,6 +52,7 @@ VARIANTS = [  # name, prompt_history, reuse_cache
 # there has no reuse_cache; only the recipe's RunConfig and LLMSetup.iterate, which both have).
 BEFORE_SIDE = r"""
 import json, sys, time
+from pathlib import Path
 from bepo_jax.agent.train.llm_setup import LLMSetup
 from bepo_jax.agent.train.recipes import recipe
 iterations, games = int(sys.argv[1]), Path(sys.argv[2])
@@ -71,6 +72,7 @@ print(json.dumps(rows))
 # transformers' generate over the same chats: a standalone script (no bepo_jax import).
 TORCH_SIDE = r"""
 import json, sys, time
+from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 gguf, threads, chats = sys.argv[1], int(sys.argv[2]), json.loads(Path(sys.argv[3]).read_text())
