@@ -72,18 +72,20 @@ def git_commit() -> str:
 
 @contextlib.contextmanager
 def checkout(commit: str) -> Iterator[Path]:
-    """A detached git worktree of ``commit`` in a temporary folder, removed afterwards: a baseline
-    "before" runs that commit's code in its own process (``PYTHONPATH`` = the folder)."""
+    """A detached git worktree of ``commit`` in a temporary folder, removed afterwards (the worktree
+    and its folder): a baseline "before" runs that commit's code in its own process (``PYTHONPATH`` =
+    the folder)."""
     import subprocess
     import tempfile
 
-    tree = Path(tempfile.mkdtemp()) / "before"
-    subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
-                   capture_output=True)
-    try:
-        yield tree
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+    with tempfile.TemporaryDirectory() as folder:
+        tree = Path(folder) / "before"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
+                       capture_output=True)
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
 
 
 def write_text(path: Path, text: str) -> Path:

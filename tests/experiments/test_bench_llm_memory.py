@@ -47,4 +47,4 @@ def test_the_baseline_runs_from_a_worktree_of_the_commit_that_is_removed_after()
         assert (tree / "bepo_jax" / "agent").is_dir()
         got = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True, check=True)
         assert got.stdout == head
-    assert not tree.exists()
+    assert not tree.exists() and not tree.parent.exists()
