@@ -99,6 +99,11 @@ def test_a_chat_model_plays_sokoban_rendered_as_text(tiny_chat_dir):
         setup.rollout.envs[0].objective, [], episodes[0][0]["observation"], ["up"]))
     assert "Push every box onto a target" in prompt
     assert jax.tree_util.tree_leaves(state.params)
+    # training the top block: the run's rollout records the frozen blocks' output; an evaluation's does not
+    lean = setup.rollout_for(0, evaluation=True)
+    assert setup.rollout.capture and not lean.capture and setup.rollout_for(0) is setup.rollout
+    assert setup.rollout_for(2, evaluation=True) is lean
+    assert setup.evaluate(state.params)["tasks"] == 1 and lean.episodes  # the evaluation played through it
 
 
 def test_held_out_games_differ_in_content_from_the_training_games(tmp_path, monkeypatch):

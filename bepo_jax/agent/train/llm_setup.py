@@ -54,10 +54,6 @@ class ChatPolicy:
         return ChatRollout(self.pretrained, self.trainer.graphdef, self.trainer.rest, self.chat_env, config,
                            max_steps=self.max_steps, capture=False if evaluation else None)
 
-    def lean_evaluation(self) -> bool:
-        """The update starts from the frozen blocks' output the rollout records, which scoring does not read."""
-        return getattr(self.pretrained.model, "capture_layer", None) is not None
-
     def frozen_inputs(self):
         """The frozen parameters (``Trainer.rest``) and the KL reference's parameters: inputs of the
         jitted update, not constants compiled into it."""

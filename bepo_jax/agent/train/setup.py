@@ -66,10 +66,6 @@ class PolicySide(Protocol):
         """A rollout ``(params, tasks, key) -> Rollout`` of ``config``'s episodes; ``evaluation``: one that
         records only what scoring needs."""
 
-    def lean_evaluation(self) -> bool:
-        """Whether an evaluation's rollout (``make_rollout(..., evaluation=True)``) records less than the
-        update's, so it is worth its own programs."""
-
     def frozen_inputs(self):
         """The arrays the update reads but does not train (an argument of the jitted update, never a
         constant compiled into it), or None."""
@@ -100,9 +96,6 @@ class CharacterPolicy:
 
             return make_host_rollout(self.model, config=config, **self.env.rollout_args())
         return make_jitted_rollout(self.model, self.env, config)
-
-    def lean_evaluation(self) -> bool:
-        return False
 
     def frozen_inputs(self):
         return None
@@ -165,10 +158,10 @@ class Setup:
     def rollout_for(self, episodes: int = 0, *, evaluation: bool = False):
         """The run's rollout with ``episodes`` episodes per task: the run's own (its programs compiled) for
         0 or the group size, else one built once per number (an evaluation's ``eval_episodes``).
-        ``evaluation``: an evaluation's, built apart when the policy's records less
-        (``PolicySide.lean_evaluation``: a chat policy's evaluation keeps no frozen blocks' output)."""
+        ``evaluation``: an evaluation's, built apart when the run's rollout records what only the update
+        reads (a chat rollout's ``capture``: the frozen blocks' output)."""
         K = episodes or self.rollout_cfg.group_size
-        lean = evaluation and self.policy.lean_evaluation()
+        lean = evaluation and getattr(self.rollout, "capture", False)
         if K == self.rollout_cfg.group_size and not lean:
             return self.rollout
         if (K, lean) not in self._rollouts:
