@@ -26,9 +26,9 @@ PURPOSES = {
     "the credit lab": ("credit_lab", "credit_protocol", "tabular_learning", "tabular_step_size",
                        "similarity_agreement"),
     "against outside code": ("g2po_official", "proxmo_official", "verl_official", "tunix_serial_calls"),
-    "benchmarks and profiles": ("bench_advantages", "bench_chat_cache", "bench_env_loop", "bench_llm", "bench_prefill",
-                                "bench_seeds", "bench_train_step", "bench_tunix_adapter", "profile_llm",
-                                "profile_recipe"),
+    "benchmarks and profiles": ("bench_advantages", "bench_chat_cache", "bench_env_loop", "bench_llm",
+                                "bench_llm_memory", "bench_prefill", "bench_seeds", "bench_train_step",
+                                "bench_tunix_adapter", "profile_llm", "profile_recipe"),
     "records and the house": ("record_main_job", "readme_tables", "config_walk"),
 }
 
