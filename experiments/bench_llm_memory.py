@@ -96,6 +96,7 @@ UPDATE_SIDE = r"""
 import dataclasses, json, sys
 from pathlib import Path
 import jax, numpy as np
+import bepo_jax
 from bepo_jax.agent.train.llm_setup import LLMSetup
 from bepo_jax.agent.train.recipes import recipe
 
@@ -117,7 +118,7 @@ for accum in a["grad_accum"]:
         rows.append({"grad_accum": accum, "length": L, "temp_gib": m.temp_size_in_bytes / 2**30,
                      "argument_gib": m.argument_size_in_bytes / 2**30})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-print(json.dumps(rows))
+print(json.dumps({"rows": rows, "bepo_jax": bepo_jax.__file__}))
 """
 LENGTHS = (536, 792, 1048)
 GRAD_ACCUM = (4, 8, 16)
@@ -131,13 +132,14 @@ def run_side(args, tree: Path, env: dict) -> dict:
 
 
 def _process(script: str, side: dict, tree: Path, env: dict):
-    """``script`` in a fresh process with ``tree``'s code; its last line's JSON, or the failure."""
+    """``script`` in a fresh process with ``tree``'s code; its last line's JSON object (which names the
+    ``bepo_jax`` it imported: ``tree``'s, checked), or the failure."""
     r = subprocess.run([sys.executable, "-c", script, json.dumps(side)], cwd=tree, capture_output=True, text=True,
                        env={**os.environ, **env, "PYTHONPATH": str(tree)})
     if r.returncode:
         return {"failed": r.returncode, "stderr": r.stderr[-2000:]}
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    if isinstance(out, dict) and not Path(out.pop("bepo_jax")).resolve().is_relative_to(tree.resolve()):
+    if not Path(out.pop("bepo_jax")).resolve().is_relative_to(tree.resolve()):
         raise SystemExit(f"the variant in {tree} imported another checkout's bepo_jax.")
     return out
 
@@ -170,8 +172,9 @@ def main(argv=None) -> None:
             out = run_side(args, where, env)
             res["variants"].append({"variant": name, "env": env, **out})
             print(name, json.dumps(out.get("phases", out))[:2000], flush=True)
-    res["update"] = _process(UPDATE_SIDE, {"recipe": RECIPE, "groups": args.groups, "games": str(GAMES),
-                                           "lengths": LENGTHS, "grad_accum": GRAD_ACCUM}, ROOT, {})
+    update = _process(UPDATE_SIDE, {"recipe": RECIPE, "groups": args.groups, "games": str(GAMES),
+                                    "lengths": LENGTHS, "grad_accum": GRAD_ACCUM}, ROOT, {})
+    res["update"] = update.get("rows", update)  # its rows, or the failure
     done = [v for v in res["variants"] if "failed" not in v]
     for v in done[1:]:
         v["differs_from_first"] = differences(done[0], v)
