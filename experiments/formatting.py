@@ -281,6 +281,14 @@ def sealed_status(res: dict) -> str:
             f"{count(w['stopped_segments'], 'stopped segment')}); fixed in advance, the test reads no number before every run has finished.")
 
 
+def ended_line(ended: dict, seeds: int) -> str:
+    """The report's sentence for a test the compute cap ended: when, why, and over which seeds it decides."""
+    return (f"The compute cap ended the test at {ended['time']} ({ended['finished_hours']:.1f} h of finished run "
+            f"segments; the next run was expected to take {ended['expected_run_hours']:.2f} h, past the "
+            f"{ended['cap_hours']:.0f} h cap; {ended['runs_left']} runs not run): {ended['text']} "
+            f"As the protocol fixes for that case, the decision is made over the {count(seeds, 'complete seed')}.")
+
+
 def llm_confirmatory_lines(res: dict) -> list[str]:
     """The LLM confirmatory test's tables (``llm_confirmatory.report``'s summary): every contrast with its
     paired difference, p, Holm p and decision (once the family is complete), the paper's and the character
@@ -306,7 +314,9 @@ def llm_confirmatory_lines(res: dict) -> list[str]:
                   + ", ".join(f"{c['sd']:.1f} points ({n})" for n, c in seen) + "; at those SDs they see "
                   + ", ".join(f"{c['smallest_effect_at_power']:.1f}" for _, c in seen)
                   + f" points with {res['power']:.0%} power (two-sided t at {res['first_level']:.3g}, Holm's first "
-                  "step)."]
+                  "step)."
+                  + (f" At the SD the protocol planned with ({res['planned_sd']:.1f} points) they see "
+                     f"{seen[0][1]['smallest_effect_at_planned_sd']:.1f} points." if res.get("planned_sd") else "")]
     lines += ["", f"| arm | {games} success after (mean over seeds) | before | invalid-command rate (all iterations) | "
               "gated share (records given step credit: gate open; GiGPO: in a step group of 2 or more) | "
               "iteration hours (sum of step times, evaluations excluded) |", "|---|---|---|---|---|---|"]

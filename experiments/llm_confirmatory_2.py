@@ -8,6 +8,7 @@ and changing them after a run started is a deviation that the report must name).
     python -m experiments.llm_confirmatory_2 note --text "..."   # a dated note in the log (a correction)
     nice python -m experiments.llm_confirmatory_2 run --no-start-after "2026-12-07 18:50"   # leave no run half done at a stop
     python -m experiments.llm_confirmatory_2 power         # the seeds the protocol needs, from the pilot (training games)
+    python -m experiments.llm_confirmatory_2 end --text "..."   # the 30 h cap ends the test (refused while the next run fits)
 
 The harness (run directories runs/llm_confirmatory_2/ARM_sSEED, the log, the kept records in
 experiments/results/llm_confirmatory_2/runs/, the report) is ``experiments/llm_test.py``'s ``LLMTest``;
@@ -85,7 +86,17 @@ def test() -> LLMTest:
                          "run the pilot (python -m experiments.llm_pilot run) and `power` first.")
     return LLMTest(name=NAME, protocol="docs/llm-confirmatory-2.md", base="llm_textworld_wide", overrides=OVERRIDES,
                    arms=ARMS, seeds=SEEDS, primary=PRIMARY, secondary=SECONDARY, toy=TOY, paper=PAPER,
-                   title="The second LLM confirmatory test")
+                   title="The second LLM confirmatory test", cap_hours=CAP_HOURS, planned_sd=planned_sd())
+
+
+def planned_sd() -> float:
+    """The per-seed SD (points) the protocol sized its seeds with: ``power``'s record (the pilot's paired SD or
+    the evaluation-noise floor, the larger)."""
+    import json
+
+    from .common import RESULTS
+
+    return float(json.loads((RESULTS / NAME / "power.json").read_text())["sd"])
 
 
 def power(argv=None) -> dict:

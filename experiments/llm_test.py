@@ -12,6 +12,7 @@ docs/llm-confirmatory-2.md). Each program's commands:
     python -m experiments.PROGRAM status        # which runs finished, which started
     python -m experiments.PROGRAM note --text "..."   # a dated note in the log (a correction)
     nice python -m experiments.PROGRAM run --no-start-after "2026-12-05 14:20"   # leave no run half done at a stop
+    python -m experiments.PROGRAM end --text "..."    # a test with a compute cap: the cap ends it (refused while a run fits)
 
 Every run is an ordinary run directory (runs/NAME/ARM_sSEED): a stopped run resumes from its newest
 checkpoint when ``run`` is called again. Every start, resume and finish is logged with its commit in
@@ -40,13 +41,14 @@ from bepo_jax.agent.train.rundir import HELD_OUT_FILE, is_finished_run_of
 
 from .common import RESULTS, ROOT, command, git_commit, machine, parser, write_json, write_lines, write_text
 from .confirmatory import ALPHA, LOG_TIME_FORMAT, _events, _log, decision, holm, paired_test
-from .formatting import count, llm_confirmatory_lines, sealed_status, size_verdict
+from .formatting import count, ended_line, llm_confirmatory_lines, sealed_status, size_verdict
 
 RECORD_FILES = ("config.json", "metrics.jsonl", HELD_OUT_FILE)  # what the report and ``pending`` read
 ENDPOINTS = {"eval": "held-out", "eval_train": "training games"}  # a run's evaluations, by their metrics' prefix
 EDGE = 5  # iterations averaged at each end of a run's curves (the plot's trailing window)
 DEADLINE_FORMAT = "%Y-%m-%d %H:%M"  # --no-start-after, local time
 POWER = 0.8  # the power at which a test states the smallest effect it sees
+EXPECTED_FROM = 4  # a run's expected hours: the mean of the last this many runs that ran start to finish
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -59,7 +61,11 @@ class LLMTest:
     endpoint ("eval": held-out success at the last evaluation; "eval_train": the training games', for a
     pilot that reads no held-out number); toy and paper (the character policy's result and the paper's
     number per contrast, for the report); title (the report's heading); exploratory (a pilot: its
-    intervals are descriptive, no Holm correction and no decision word is given)."""
+    intervals are descriptive, no Holm correction and no decision word is given); cap_hours (the
+    protocol's compute cap in wall hours of finished run segments, ``wall_hours``: ``end`` may end the test
+    once the next run no longer fits it, and the report then decides over the complete seeds);
+    planned_sd (the per-seed SD in points the protocol sized its seeds with: the report states the
+    smallest effect its complete seeds see at it)."""
 
     name: str
     protocol: str
@@ -74,6 +80,8 @@ class LLMTest:
     paper: dict = dataclasses.field(default_factory=dict)
     title: str = ""
     exploratory: bool = False
+    cap_hours: Optional[float] = None
+    planned_sd: Optional[float] = None
     out: Optional[Path] = None
     results_dir: Optional[Path] = None
 
@@ -83,6 +91,11 @@ class LLMTest:
         for a, b in self.primary + self.secondary:
             if a not in self.arms or b not in self.arms:
                 raise ValueError(f"LLMTest contrast {a} - {b}: both must be arms ({', '.join(self.arms)}).")
+        for field in ("cap_hours", "planned_sd"):
+            v = getattr(self, field)
+            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"LLMTest.{field}={v!r}: give a positive number of "
+                                 f"{'hours' if field == 'cap_hours' else 'points'}, or None for none.")
         self.out = Path(self.out or ROOT / "runs" / self.name)
         self.results_dir = Path(self.results_dir or RESULTS / self.name)
 
@@ -151,6 +164,9 @@ class LLMTest:
         the commit this process imported its code from (read once, at its start: commits made while it
         runs do not change its code)."""
         commit = git_commit()
+        ended = ended_by_cap(_events(self.results_dir))
+        if ended is not None:
+            raise SystemExit(f"{self.name}: the compute cap ended the test at {ended['time']}; no run starts.")
         for arm, seed in self.pending(out, seeds, arms)[:limit]:
             cfg, d = self.config(arm, seed), self.run_dir(arm, seed, out)
             resume = (d / "config.json").exists()
@@ -165,16 +181,23 @@ class LLMTest:
         """``run``, one run per fresh process (``run --one``) until none is pending: one process holding
         run after run grew to 14.8 GB by its fourth and was killed by the kernel's OOM killer. With
         ``no_start_after`` (local time) no run starts after that moment: a session's stop then cuts no
-        run in half (a machine change between sessions would lose its checkpoints)."""
+        run in half (a machine change between sessions would lose its checkpoints). Under a compute cap
+        (``cap_hours``) no run starts that is not expected to fit under it (``cap_state``)."""
         import subprocess
         import sys
 
         out = Path(out or self.out)
         left = self.pending(out)
         while left:
+            nxt = f"{len(left)} runs left, the next {left[0][0]} s{left[0][1]}"
             if no_start_after is not None and datetime.now() > no_start_after:
                 self.log(event="note", text=f"No run starts after {no_start_after:{DEADLINE_FORMAT}} "
-                         f"(--no-start-after); {len(left)} runs left, the next {left[0][0]} s{left[0][1]}.")
+                         f"(--no-start-after); {nxt}.")
+                return
+            cap = self.cap_state()
+            if cap is not None and not cap["next_run_fits"]:
+                self.log(event="note", text=f"The compute cap stops the runs: {cap['finished_hours']:.2f} h finished + "
+                         f"{cap['expected_run_hours']:.2f} h expected > {self.cap_hours:.1f} h; {nxt} (`end` ends the test).")
                 return
             r = subprocess.run([sys.executable, "-m", f"experiments.{self.name}", "run", "--one", "--out", str(out)])
             if r.returncode:
@@ -228,9 +251,10 @@ class LLMTest:
         finished where ``sealed_until_complete``."""
         runs = {arm: {s: self.final(self.source(arm, s, out)) for s in self.seeds} for arm in self.arms}
         complete = [s for s in self.seeds if all(runs[a][s] is not None for a in self.arms)]
-        if len(complete) < len(self.seeds) and self.sealed_until_complete:
-            return self._sealed_report({a: [s for s in self.seeds if runs[a][s] is not None] for a in self.arms},
-                                       complete)
+        finished = {a: [s for s in self.seeds if runs[a][s] is not None] for a in self.arms}
+        ended = ended_by_cap(_events(self.results_dir))
+        if len(complete) < len(self.seeds) and self.sealed_until_complete and ended is None:
+            return self._sealed_report(finished, complete)
         contrasts = {}
         for a, b in self.primary + self.secondary:
             diffs = [100 * (runs[a][s]["final"] - runs[b][s]["final"]) for s in complete]
@@ -239,11 +263,15 @@ class LLMTest:
             contrasts[f"{a} - {b}"] = {"primary": (a, b) in self.primary, "per_seed": diffs, "test": t, "sd": sd,
                                        "smallest_effect_at_power": None if self.exploratory or not sd > 0 else
                                        smallest_effect(len(diffs), sd, alpha=self.first_level),
+                                       "smallest_effect_at_planned_sd": None if self.planned_sd is None
+                                       or len(diffs) < 2 else smallest_effect(len(diffs), self.planned_sd,
+                                                                              alpha=self.first_level),
                                        "paper": self.paper.get((a, b)), "toy_policy": self.toy.get((a, b)),
                                        "against_paper": None if t is None else size_verdict(
                                            (t["mean"], t["half_width"]), self.paper.get((a, b)))}
         family_complete = len(complete) == len(self.seeds)
-        if family_complete and not self.exploratory:
+        decided = (family_complete or ended is not None) and not self.exploratory and len(complete) > 1
+        if decided:
             prim = {k: c["test"]["p"] for k, c in contrasts.items() if c["primary"]}
             for k, h in holm(prim).items():
                 contrasts[k]["holm"] = {**h, "decision": decision(contrasts[k]["test"], h)}
@@ -254,7 +282,10 @@ class LLMTest:
                             "hours": sum(r["seconds"] for r in runs[a].values() if r) / 3600,
                             **change_over_the_run([runs[a][s] for s in complete])} for a in self.arms}
         curves = lambda key: {a: [runs[a][s][key] for s in complete] for a in self.arms}
-        return self._write({"seeds_complete": complete, "family_complete": family_complete, "contrasts": contrasts,
+        partial = {s: {a: [runs[a][s]["initial"], runs[a][s]["final"]] for a in self.arms if runs[a][s] is not None}
+                   for s in self.seeds if s not in complete and any(runs[a][s] is not None for a in self.arms)}
+        return self._write({"seeds_complete": complete, "family_complete": family_complete, "decided": decided,
+                            "ended_by_cap": ended, "incomplete_seeds": partial, "contrasts": contrasts,
                             "arms_summary": arms_summary, "curves": curves("train_success"),
                             "invalid_curves": curves("invalid_curve"), "gated_curves": curves("gated_curve")})
 
@@ -264,6 +295,7 @@ class LLMTest:
         return {"command": command(self.name), "protocol": self.protocol, "recipe": self.base, "arms": self.arms,
                 "seeds": self.seeds, "endpoint": self.endpoint, "overrides": self.overrides,
                 "iterations": self.iterations, "edge_iterations": EDGE, "power": POWER, "first_level": self.first_level,
+                "cap_hours": self.cap_hours, "planned_sd": self.planned_sd,
                 "evaluation": {"games": cfg.eval_tasks, "episodes": cfg.episodes_per_evaluation}}
 
     def _sealed_report(self, finished: dict, complete: list) -> dict:
@@ -296,11 +328,16 @@ class LLMTest:
             lines += [f"`{res['command']}`; {sealed_status(res)}", "", "| arm | seeds finished |", "|---|---|"]
             lines += [f"| {a} | {', '.join(map(str, s)) or 'none'} |" for a, s in res["runs_finished"].items()]
         else:
+            ended = res.get("ended_by_cap")
             lines += [f"`{res['command']}`; {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete"
                       + (". Exploratory: the intervals describe these seeds; no decision is made." if self.exploratory
-                         else ".")
+                         else f". {ended_line(ended, len(res['seeds_complete']))}" if ended else ".")
                       + ("" if self.endpoint == "eval" else f" The endpoint is the {ENDPOINTS[self.endpoint]}' "
                          "success (no held-out number is read here)."), "", *llm_confirmatory_lines(res)]
+            for s, arms in (res.get("incomplete_seeds") or {}).items():
+                lines += ["", f"Seed {s} is left out of the tests (not every arm finished); its finished runs, "
+                          f"{ENDPOINTS[self.endpoint]} success before -> after: "
+                          + ", ".join(f"{a} {b:.3f} -> {f:.3f}" for a, (b, f) in arms.items()) + "."]
         w = res["wall"]
         lines += ["", f"Wall time of the run segments that ran to their finish: {w['finished_segments_hours']:.1f} h; "
                   f"{count(w['stopped_segments'], 'segment')} ended before their finish by a session stop or a killed process "
@@ -312,7 +349,49 @@ class LLMTest:
         lines += [event_line(e) for e in res["events"]] or ["- none yet"]
         return lines
 
+    def cap_state(self) -> Optional[dict]:
+        """The compute cap's accounting from the log (None without a cap): the finished hours, the next run's
+        expected hours (``expected_run_hours``) and whether it still fits under ``cap_hours``."""
+        if self.cap_hours is None:
+            return None
+        events = _events(self.results_dir)
+        done, expected = wall_hours(events)["finished_segments_hours"], expected_run_hours(events)
+        return {"cap_hours": self.cap_hours, "finished_hours": done, "expected_run_hours": expected,
+                "next_run_fits": expected is None or done + expected <= self.cap_hours}
+
+    def end(self, text: str, out: Optional[Path] = None) -> dict:
+        """Log that the compute cap ends the test (an ``end`` event, with the accounting that allows it): the
+        report then decides over the complete seeds. Refused without a cap, once every run finished, or while
+        the next run still fits under the cap."""
+        cap = self.cap_state()
+        if cap is None:
+            raise SystemExit(f"{self.name}: this test has no compute cap (LLMTest.cap_hours): nothing can end it "
+                             "but its last run.")
+        ended = ended_by_cap(_events(self.results_dir))
+        if ended is not None:
+            raise SystemExit(f"{self.name}: the compute cap already ended the test at {ended['time']}.")
+        left = self.pending(out)
+        if not left:
+            raise SystemExit(f"{self.name}: every run finished; the test ends by itself (run report).")
+        if cap["next_run_fits"]:
+            expected = ("no run has finished to time it" if cap["expected_run_hours"] is None else
+                        f"{cap['expected_run_hours']:.2f} h expected")
+            raise SystemExit(f"{self.name}: the cap still pays for the next run ({left[0][0]} s{left[0][1]}): "
+                             f"{cap['finished_hours']:.2f} h finished + {expected}, within {self.cap_hours:.1f} h; "
+                             "run it instead of ending the test.")
+        event = {"event": "end", "text": text, "runs_left": len(left), **{k: cap[k] for k in
+                                                                         ("finished_hours", "expected_run_hours", "cap_hours")}}
+        self.log(**event)
+        return event
+
     def status(self, out: Optional[Path] = None) -> None:
+        cap = self.cap_state()
+        if cap is not None:
+            exp = cap["expected_run_hours"]
+            print(f"cap: {cap['finished_hours']:.2f} h of finished run segments of {cap['cap_hours']:.1f} h; the next run "
+                  + ("(no run finished yet to time it)" if exp is None else
+                     f"is expected to take {exp:.2f} h (the last {EXPECTED_FROM} whole runs) and "
+                     + ("fits" if cap["next_run_fits"] else "does not fit: `end` may end the test")))
         for seed in self.seeds:
             row = []
             for arm in self.arms:
@@ -325,23 +404,25 @@ class LLMTest:
 
     def main(self, argv=None, doc: Optional[str] = None) -> int:
         p = parser(doc or __doc__, full=True)
-        p.add_argument("action", choices=("run", "report", "status", "note"))
+        p.add_argument("action", choices=("run", "report", "status", "note", "end"))
         p.add_argument("--out", default=str(self.out), help="where the runs live")
         p.add_argument("--one", action="store_true", help="run: the next pending run only, in this process")
         p.add_argument("--no-start-after", metavar="'YYYY-MM-DD HH:MM'", type=local_time,
                        help="run: start no run after this local time (finish the one under way, then stop)")
-        p.add_argument("--text", help="note: a dated note appended to the log (a correction, an event outside the runs)")
+        p.add_argument("--text", help="note: a dated note appended to the log (a correction, an event outside the "
+                       "runs); end: why the cap ends the test")
         p.add_argument("--endpoint", choices=tuple(ENDPOINTS), default=self.endpoint,
                        help=f"report: the evaluation reported (default {self.endpoint}: {ENDPOINTS[self.endpoint]})")
         args = p.parse_args(argv)
-        if args.action == "note" and not (args.text or "").strip():
-            p.error("note needs --text 'what happened'")
+        if args.action in ("note", "end") and not (args.text or "").strip():
+            p.error(f"{args.action} needs --text 'what happened'")
         out = Path(args.out)
         {"run": lambda: (self.run(out, limit=1) if args.one
                          else self.run_each_in_a_process(out, no_start_after=args.no_start_after)),
          "report": lambda: dataclasses.replace(self, endpoint=args.endpoint).report(out),
          "status": lambda: self.status(out),
-         "note": lambda: self.log(event="note", text=args.text.strip())}[args.action]()
+         "note": lambda: self.log(event="note", text=args.text.strip()),
+         "end": lambda: self.end(args.text.strip(), out)}[args.action]()
         return 0
 
 
@@ -396,9 +477,20 @@ def wall_hours(events: list[dict]) -> dict:
     counts the finishes of a run that was later run again because its record was lost (their hours are
     in ``finished_segments_hours``, compute spent, and apart in ``lost_finished_segments_hours``).
     CPU-hours are at most twice the wall hours on the 2-core machine."""
+    segments, stopped, finishes = _segments(events)
+    later_again = lambda run, i: run in finishes[i + 1:]  # finished, then run again: its record was lost
+    lost = [run for i, run in enumerate(finishes) if later_again(run, i)]
+    return {"finished_segments_hours": sum(h for _, h, _, _ in segments), "stopped_segments": stopped,
+            "finished_then_lost": len(lost),
+            "lost_finished_segments_hours": sum(h for run, h, i, _ in segments if later_again(run, i))}
+
+
+def _segments(events: list[dict]) -> tuple[list, int, list]:
+    """The log's run segments (``wall_hours``): the finished ones as (run, hours, the index of its finish among
+    the finishes, whether it began at iteration 0), the number stopped, and every finish's run in order."""
     at = lambda e: datetime.strptime(e["time"], LOG_TIME_FORMAT)
     acts = [e for e in events if e["event"] in ("start", "finish")]
-    segments, stopped = [], 0  # (run, hours, the index of its finish among the finishes)
+    segments, stopped = [], 0
     finishes = [(e["arm"], e["seed"]) for e in acts if e["event"] == "finish"]
     done = 0  # finishes before the current event
     for e, nxt in zip(acts, acts[1:] + [None]):
@@ -406,14 +498,23 @@ def wall_hours(events: list[dict]) -> dict:
             done += 1
             continue
         if nxt is not None and nxt["event"] == "finish" and (nxt["arm"], nxt["seed"]) == (e["arm"], e["seed"]):
-            segments.append(((e["arm"], e["seed"]), (at(nxt) - at(e)).total_seconds() / 3600, done))
+            segments.append(((e["arm"], e["seed"]), (at(nxt) - at(e)).total_seconds() / 3600, done,
+                             not e.get("resume_after")))
         elif nxt is not None:
             stopped += 1
-    later_again = lambda run, i: run in finishes[i + 1:]  # finished, then run again: its record was lost
-    lost = [run for i, run in enumerate(finishes) if later_again(run, i)]
-    return {"finished_segments_hours": sum(h for _, h, _ in segments), "stopped_segments": stopped,
-            "finished_then_lost": len(lost),
-            "lost_finished_segments_hours": sum(h for run, h, i in segments if later_again(run, i))}
+    return segments, stopped, finishes
+
+
+def expected_run_hours(events: list[dict], last: int = EXPECTED_FROM) -> Optional[float]:
+    """A run's expected wall hours: the mean over the last ``last`` runs that ran from iteration 0 to their
+    finish in one segment (a resumed segment is part of a run); None before any did."""
+    whole = [h for _, h, _, fresh in _segments(events)[0] if fresh][-last:]
+    return float(np.mean(whole)) if whole else None
+
+
+def ended_by_cap(events: list[dict]) -> Optional[dict]:
+    """The log's ``end`` event (``LLMTest.end``: the compute cap ended the test), or None."""
+    return next((e for e in events if e["event"] == "end"), None)
 
 
 def plot(res: dict, path: Path, *, title: str, window: int = EDGE) -> None:

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from experiments.common import ROOT, parser
-from experiments.formatting import (ci, CLAIMS, chance_line, paired_points, points, verdict, size_of,
+from experiments.formatting import (ci, CLAIMS, ended_line, chance_line, paired_points, points, verdict, size_of,
                                     confirmatory_primary, CONFIRMATORY_LABELS, contrast_bullet, arm_cells,
                                     collapsed_seeds, pending_rows, collapse_escape, rescore_contrasts, regime_lines,
                                     warm_start_sentence, contrast_lines, credit_mass_lines, llm_confirmatory_lines,
@@ -243,9 +243,12 @@ def _llm_confirmatory_headline(name: str) -> list[str]:
     intro = _llm_test_intro(name, res)
     if res.get("sealed"):
         return [f"{intro}: {sealed_status(res)}"]
-    if not res["family_complete"]:
+    if not res.get("decided", res["family_complete"]):
         return [f"{intro}: {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete, no decision yet."]
-    lines = [f"{intro}: every run finished, Holm's decisions:", ""]
+    how = (f"the compute cap ended it with {len(res['seeds_complete'])} of {len(res['seeds'])} seeds complete "
+           f"({res['ended_by_cap']['time']}); Holm's decisions over those seeds" if res.get("ended_by_cap")
+           else "every run finished, Holm's decisions")
+    lines = [f"{intro}: {how}:", ""]
     for contrast, c in res["contrasts"].items():
         paper = "" if c["paper"] is None else f"; the paper {c['paper']:+.1f}: {c['against_paper']}"
         toy = f"; the character policy's test {c['toy_policy']}" if c["toy_policy"] else ""
@@ -486,10 +489,11 @@ def llm_confirmatory(name: str = "llm_confirmatory") -> str:
                 "the numbers come here when every run has finished.")
     if res.get("sealed"):
         return f"Not finished: {sealed_status(res)} The numbers come here when every run has."
-    if not res["family_complete"]:
+    if not res.get("decided", res["family_complete"]):
         return (f"Not finished: {len(res['seeds_complete'])} of {len(res['seeds'])} seeds have every arm finished; "
                 "the numbers come here when every run has.")
-    return "\n".join(llm_confirmatory_lines(res))
+    ended = res.get("ended_by_cap")
+    return "\n".join(([ended_line(ended, len(res["seeds_complete"])), ""] if ended else []) + llm_confirmatory_lines(res))
 
 
 TABLES = {"main_job": main_job, "main_recipe": main_recipe, "compare_sokoban": compare_sokoban,

@@ -283,3 +283,93 @@ def test_a_cut_last_log_line_is_the_last_event_incomplete(tmp_path):
     (tmp_path / "log.jsonl").write_text('{"event": "st\n' + json.dumps({"event": "finish"}) + "\n")
     with pytest.raises(ValueError, match="line 1 of 2 is not a JSON event"):
         cf._events(tmp_path)
+
+
+def _timed_log(results, hours, *, resumed=()):
+    """A log of whole runs of ``hours`` each, one after another from 2026-12-04 10:00 (the runs of the first
+    test's order; the i-th in ``resumed`` is logged as resumed after iteration 4)."""
+    from datetime import datetime, timedelta
+
+    at, lines = datetime(2026, 12, 4, 10), []
+    runs = [(a, s) for s in lc.SEEDS for a in lc.ARMS]
+    for i, h in enumerate(hours):
+        arm, seed = runs[i]
+        stamp = lambda t: t.strftime(lt.LOG_TIME_FORMAT)
+        lines += [{"time": stamp(at), "event": "start", "arm": arm, "seed": seed, "commit": "c",
+                   "resume_after": 4 if i in resumed else None},
+                  {"time": stamp(at + timedelta(hours=h)), "event": "finish", "arm": arm, "seed": seed, "commit": "c"}]
+        at += timedelta(hours=h)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    return lines
+
+
+def test_a_runs_expected_hours_are_the_mean_of_the_last_whole_runs(tmp_path):
+    ev = _timed_log(tmp_path, [2.0, 1.0, 0.25, 0.5, 0.75, 1.5], resumed=(4,))
+    # whole runs (from iteration 0): 2.0, 1.0, 0.25, 0.5, 1.5; the last four: 1.0, 0.25, 0.5, 1.5
+    assert lt.expected_run_hours(ev) == pytest.approx((1.0 + 0.25 + 0.5 + 1.5) / 4)
+    assert lt.expected_run_hours(ev, last=1) == pytest.approx(1.5)
+    assert lt.expected_run_hours([]) is None
+
+
+def test_the_cap_ends_a_test_and_the_report_decides_over_its_complete_seeds(tmp_path):
+    t = dataclasses.replace(_test(tmp_path), cap_hours=2.0, planned_sd=5.0)
+    out = tmp_path / "runs"
+    with pytest.raises(ValueError, match="cap_hours"):
+        dataclasses.replace(t, cap_hours=-1.0)
+    with pytest.raises(SystemExit, match="no compute cap"):
+        _test(tmp_path).end("why", out)
+    n = lc.OVERRIDES["iterations"]
+    rng = np.random.default_rng(3)
+    complete, partial = lc.SEEDS[:4], lc.SEEDS[4]
+    finals = {a: {s: float(rng.uniform(0.2, 0.6)) for s in complete} for a in lc.ARMS}
+    def finished(arm, seed, initial, final):  # a run directory as ``train`` leaves it
+        d = t.run_dir(arm, seed, out)
+        _write(d, initial, final, n)
+        (d / "config.json").write_text(json.dumps(t.config(arm, seed).to_dict()))
+        (d / "held_out.json").write_text(json.dumps({"held_out": "disjoint"}))
+
+    for s in complete:
+        for a in lc.ARMS:
+            finished(a, s, 0.3, finals[a][s])
+    finished("grpo", partial, 0.25, 0.45)
+    with pytest.raises(SystemExit, match="no run has finished to time it"):
+        t.end("the cap", out)
+    _timed_log(t.results_dir, [0.5] * 3)  # 1.5 h finished + 0.5 h expected = the cap: the next run fits
+    with pytest.raises(SystemExit, match="still pays for the next run"):
+        t.end("the cap", out)
+    assert t.report(out)["sealed"]  # sealed until the last run or the cap's end
+    _timed_log(t.results_dir, [0.5] * 4)  # 2.0 h + 0.5 h > 2.0 h
+    assert not t.cap_state()["next_run_fits"]
+    event = t.end("the machine slowed", out)
+    assert event["finished_hours"] == pytest.approx(2.0) and event["expected_run_hours"] == pytest.approx(0.5)
+    with pytest.raises(SystemExit, match="already ended"):
+        t.end("again", out)
+    with pytest.raises(SystemExit, match="ended the test"):
+        t.run(out)
+    res = t.report(out)
+    assert not res.get("sealed") and not res["family_complete"] and res["decided"]
+    assert res["seeds_complete"] == list(complete)
+    c = res["contrasts"]["gated_bepo - grpo"]
+    want = [100 * (finals["gated_bepo"][s] - finals["grpo"][s]) for s in complete]
+    np.testing.assert_allclose(c["per_seed"], want)
+    assert abs(c["test"]["p"] - stats.ttest_1samp(want, 0.0).pvalue) < 1e-12
+    assert "decision" in c["holm"] and "holm" not in res["contrasts"]["gigpo - grpo"]
+    # what the complete seeds see at the protocol's SD: 80% power at Holm's first level
+    assert lt.t_power(4, c["smallest_effect_at_planned_sd"], 5.0, 0.025) == pytest.approx(0.8, abs=1e-6)
+    assert res["incomplete_seeds"] == {partial: {"grpo": [0.25, 0.45]}}
+    md = (tmp_path / "results" / "report.md").read_text()
+    assert "The compute cap ended the test" in md and "the machine slowed" in md
+    assert f"Seed {partial} is left out of the tests" in md and "grpo 0.250 -> 0.450" in md
+
+
+def test_the_runner_starts_no_run_past_the_cap(tmp_path, monkeypatch):
+    import subprocess
+
+    t = dataclasses.replace(_test(tmp_path), cap_hours=2.2)
+    _timed_log(t.results_dir, [0.5] * 4)  # 2.0 h + 0.5 h expected > 2.2 h
+    monkeypatch.setattr(t, "pending", lambda out: [("grpo", 301)])
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: pytest.fail("a run started past the cap"))
+    t.run_each_in_a_process(tmp_path)
+    note = json.loads((t.results_dir / "log.jsonl").read_text().splitlines()[-1])
+    assert note["event"] == "note" and "compute cap stops" in note["text"] and "grpo s301" in note["text"]

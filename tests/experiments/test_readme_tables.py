@@ -112,3 +112,16 @@ def test_the_llm_confirmatory_tables_wait_for_every_run(tmp_path, monkeypatch):
     assert "48 games x 4 episodes" in line and "2 fresh seeds" in line and line.endswith(
         "3 of 8 runs finished (2.2 h of finished run segments, 1 stopped segment); fixed in advance, the test "
         "reads no number before every run has finished.")
+    # the compute cap ended the test with one of two seeds complete: decided over that seed, and said so
+    ended = {**res, "seeds_complete": [300], "family_complete": False, "decided": True,
+             "ended_by_cap": {"time": "2026-12-09 10:00:00", "finished_hours": 29.5, "expected_run_hours": 1.5,
+                              "cap_hours": 30.0, "runs_left": 4, "text": "the machine slowed."}}
+    (tmp_path / "llm_confirmatory" / "summary.json").write_text(json.dumps(ended))
+    table = mod.llm_confirmatory()
+    assert table.startswith("The compute cap ended the test at 2026-12-09 10:00:00 (29.5 h of finished run segments; "
+                            "the next run was expected to take 1.50 h, past the 30 h cap; 4 runs not run): the machine "
+                            "slowed. As the protocol fixes for that case, the decision is made over the 1 complete seed.")
+    assert "**confirmed**" in table
+    head = mod._llm_confirmatory_headline("llm_confirmatory")
+    assert head[0].endswith("the compute cap ended it with 1 of 2 seeds complete (2026-12-09 10:00:00); Holm's "
+                            "decisions over those seeds:") and "**+4.0 +- 3.0**" in head[2]
