@@ -182,7 +182,8 @@ class LLMTest:
         run after run grew to 14.8 GB by its fourth and was killed by the kernel's OOM killer. With
         ``no_start_after`` (local time) no run starts after that moment: a session's stop then cuts no
         run in half (a machine change between sessions would lose its checkpoints). Under a compute cap
-        (``cap_hours``) no run starts that is not expected to fit under it (``cap_state``)."""
+        (``cap_hours``) no run starts unless the runs its seed still needs are expected to fit under it
+        (``cap_state``)."""
         import subprocess
         import sys
 
@@ -194,10 +195,11 @@ class LLMTest:
                 self.log(event="note", text=f"No run starts after {no_start_after:{DEADLINE_FORMAT}} "
                          f"(--no-start-after); {nxt}.")
                 return
-            cap = self.cap_state()
-            if cap is not None and not cap["next_run_fits"]:
+            cap = self.cap_state(out)
+            if cap is not None and not cap["fits"]:
                 self.log(event="note", text=f"The compute cap stops the runs: {cap['finished_hours']:.2f} h finished + "
-                         f"{cap['expected_run_hours']:.2f} h expected > {self.cap_hours:.1f} h; {nxt} (`end` ends the test).")
+                         f"{cap['seed_runs_left']} x {cap['expected_run_hours']:.2f} h expected (the runs seed "
+                         f"{left[0][1]} still needs) > {self.cap_hours:.1f} h; {nxt} (`end` ends the test).")
                 return
             r = subprocess.run([sys.executable, "-m", f"experiments.{self.name}", "run", "--one", "--out", str(out)])
             if r.returncode:
@@ -349,21 +351,25 @@ class LLMTest:
         lines += [event_line(e) for e in res["events"]] or ["- none yet"]
         return lines
 
-    def cap_state(self) -> Optional[dict]:
-        """The compute cap's accounting from the log (None without a cap): the finished hours, the next run's
-        expected hours (``expected_run_hours``) and whether it still fits under ``cap_hours``."""
+    def cap_state(self, out: Optional[Path] = None) -> Optional[dict]:
+        """The compute cap's accounting from the log (None without a cap): the finished hours, a run's expected
+        hours (``expected_run_hours``), the runs the next pending run's seed still needs, and whether they all
+        fit under ``cap_hours`` (finished + runs x expected <= cap): a seed the cap cannot complete is not
+        begun, since the tests leave an incomplete seed out."""
         if self.cap_hours is None:
             return None
         events = _events(self.results_dir)
         done, expected = wall_hours(events)["finished_segments_hours"], expected_run_hours(events)
+        left = self.pending(out)
+        k = sum(seed == left[0][1] for _, seed in left) if left else 0
         return {"cap_hours": self.cap_hours, "finished_hours": done, "expected_run_hours": expected,
-                "next_run_fits": expected is None or done + expected <= self.cap_hours}
+                "seed_runs_left": k, "fits": expected is None or done + k * expected <= self.cap_hours}
 
     def end(self, text: str, out: Optional[Path] = None) -> dict:
         """Log that the compute cap ends the test (an ``end`` event, with the accounting that allows it): the
         report then decides over the complete seeds. Refused without a cap, once every run finished, or while
         the next run still fits under the cap."""
-        cap = self.cap_state()
+        cap = self.cap_state(out)
         if cap is None:
             raise SystemExit(f"{self.name}: this test has no compute cap (LLMTest.cap_hours): nothing can end it "
                              "but its last run.")
@@ -373,25 +379,27 @@ class LLMTest:
         left = self.pending(out)
         if not left:
             raise SystemExit(f"{self.name}: every run finished; the test ends by itself (run report).")
-        if cap["next_run_fits"]:
+        if cap["fits"]:
             expected = ("no run has finished to time it" if cap["expected_run_hours"] is None else
-                        f"{cap['expected_run_hours']:.2f} h expected")
-            raise SystemExit(f"{self.name}: the cap still pays for the next run ({left[0][0]} s{left[0][1]}): "
-                             f"{cap['finished_hours']:.2f} h finished + {expected}, within {self.cap_hours:.1f} h; "
-                             "run it instead of ending the test.")
+                        f"{cap['seed_runs_left']} x {cap['expected_run_hours']:.2f} h expected")
+            raise SystemExit(f"{self.name}: the cap still pays for the runs seed {left[0][1]} needs (the next: "
+                             f"{left[0][0]} s{left[0][1]}): {cap['finished_hours']:.2f} h finished + {expected}, within "
+                             f"{self.cap_hours:.1f} h; run them instead of ending the test.")
         event = {"event": "end", "text": text, "runs_left": len(left), **{k: cap[k] for k in
-                                                                         ("finished_hours", "expected_run_hours", "cap_hours")}}
+                                                                         ("finished_hours", "expected_run_hours",
+                                                                          "seed_runs_left", "cap_hours")}}
         self.log(**event)
         return event
 
     def status(self, out: Optional[Path] = None) -> None:
-        cap = self.cap_state()
+        cap = self.cap_state(out)
         if cap is not None:
             exp = cap["expected_run_hours"]
-            print(f"cap: {cap['finished_hours']:.2f} h of finished run segments of {cap['cap_hours']:.1f} h; the next run "
-                  + ("(no run finished yet to time it)" if exp is None else
-                     f"is expected to take {exp:.2f} h (the last {EXPECTED_FROM} whole runs) and "
-                     + ("fits" if cap["next_run_fits"] else "does not fit: `end` may end the test")))
+            print(f"cap: {cap['finished_hours']:.2f} h of finished run segments of {cap['cap_hours']:.1f} h; "
+                  + ("no run finished yet to time the next" if exp is None else
+                     f"a run is expected to take {exp:.2f} h (the last {EXPECTED_FROM} whole runs); the next run's seed "
+                     f"needs {cap['seed_runs_left']} more runs, "
+                     + ("which fit" if cap["fits"] else "which do not fit: `end` may end the test")))
         for seed in self.seeds:
             row = []
             for arm in self.arms:

@@ -313,7 +313,7 @@ def test_a_runs_expected_hours_are_the_mean_of_the_last_whole_runs(tmp_path):
 
 
 def test_the_cap_ends_a_test_and_the_report_decides_over_its_complete_seeds(tmp_path):
-    t = dataclasses.replace(_test(tmp_path), cap_hours=2.0, planned_sd=5.0)
+    t = dataclasses.replace(_test(tmp_path), cap_hours=2.5, planned_sd=5.0)
     out = tmp_path / "runs"
     with pytest.raises(ValueError, match="cap_hours"):
         dataclasses.replace(t, cap_hours=-1.0)
@@ -335,12 +335,14 @@ def test_the_cap_ends_a_test_and_the_report_decides_over_its_complete_seeds(tmp_
     finished("grpo", partial, 0.25, 0.45)
     with pytest.raises(SystemExit, match="no run has finished to time it"):
         t.end("the cap", out)
-    _timed_log(t.results_dir, [0.5] * 3)  # 1.5 h finished + 0.5 h expected = the cap: the next run fits
-    with pytest.raises(SystemExit, match="still pays for the next run"):
+    # the next run, gigpo s304, and the one after it finish seed 304: 1.5 h finished + 2 x 0.5 h = the cap
+    _timed_log(t.results_dir, [0.5] * 3)
+    with pytest.raises(SystemExit, match="still pays for the runs seed 304 needs"):
         t.end("the cap", out)
     assert t.report(out)["sealed"]  # sealed until the last run or the cap's end
-    _timed_log(t.results_dir, [0.5] * 4)  # 2.0 h + 0.5 h > 2.0 h
-    assert not t.cap_state()["next_run_fits"]
+    _timed_log(t.results_dir, [0.5] * 4)  # 2.0 h + 2 x 0.5 h > 2.5 h, though one run (2.5 h) would fit
+    cap = t.cap_state(out)
+    assert not cap["fits"] and cap["seed_runs_left"] == 2
     event = t.end("the machine slowed", out)
     assert event["finished_hours"] == pytest.approx(2.0) and event["expected_run_hours"] == pytest.approx(0.5)
     with pytest.raises(SystemExit, match="already ended"):
@@ -366,10 +368,22 @@ def test_the_cap_ends_a_test_and_the_report_decides_over_its_complete_seeds(tmp_
 def test_the_runner_starts_no_run_past_the_cap(tmp_path, monkeypatch):
     import subprocess
 
-    t = dataclasses.replace(_test(tmp_path), cap_hours=2.2)
-    _timed_log(t.results_dir, [0.5] * 4)  # 2.0 h + 0.5 h expected > 2.2 h
-    monkeypatch.setattr(t, "pending", lambda out: [("grpo", 301)])
+    t = dataclasses.replace(_test(tmp_path), cap_hours=2.6)
+    _timed_log(t.results_dir, [0.5] * 4)  # 2.0 h finished, 0.5 h a run
+    left = [("gigpo", 301), ("gated_bepo", 301), ("grpo", 302)]
+    monkeypatch.setattr(t, "pending", lambda out: list(left))
     monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: pytest.fail("a run started past the cap"))
-    t.run_each_in_a_process(tmp_path)
+    t.run_each_in_a_process(tmp_path)  # seed 301 needs 2 runs: 2.0 + 1.0 > 2.6, though one (2.5) would fit
     note = json.loads((t.results_dir / "log.jsonl").read_text().splitlines()[-1])
-    assert note["event"] == "note" and "compute cap stops" in note["text"] and "grpo s301" in note["text"]
+    assert note["event"] == "note" and "compute cap stops" in note["text"] and "gigpo s301" in note["text"]
+    assert "2 x 0.50 h" in note["text"]
+    calls = []
+
+    def one_run(cmd, **kw):  # the seed's last run fits (2.0 + 0.5 <= 2.6): it starts
+        calls.append(left.pop(0))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    left[:] = [("gated_bepo", 301), ("grpo", 302), ("gigpo", 302)]
+    monkeypatch.setattr(subprocess, "run", one_run)
+    t.run_each_in_a_process(tmp_path)
+    assert calls == [("gated_bepo", 301)]  # then seed 302's two runs would not (the log still says 2.0 h)

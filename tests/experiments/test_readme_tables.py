@@ -115,11 +115,11 @@ def test_the_llm_confirmatory_tables_wait_for_every_run(tmp_path, monkeypatch):
     # the compute cap ended the test with one of two seeds complete: decided over that seed, and said so
     ended = {**res, "seeds_complete": [300], "family_complete": False, "decided": True,
              "ended_by_cap": {"time": "2026-12-09 10:00:00", "finished_hours": 29.5, "expected_run_hours": 1.5,
-                              "cap_hours": 30.0, "runs_left": 4, "text": "the machine slowed."}}
+                              "seed_runs_left": 4, "cap_hours": 30.0, "runs_left": 4, "text": "the machine slowed."}}
     (tmp_path / "llm_confirmatory" / "summary.json").write_text(json.dumps(ended))
     table = mod.llm_confirmatory()
     assert table.startswith("The compute cap ended the test at 2026-12-09 10:00:00 (29.5 h of finished run segments; "
-                            "the next run was expected to take 1.50 h, past the 30 h cap; 4 runs not run): the machine "
+                            "the next seed's remaining 4 runs were expected to take 1.50 h each, past the 30 h cap; 4 runs not run): the machine "
                             "slowed. As the protocol fixes for that case, the decision is made over the 1 complete seed.")
     assert "**confirmed**" in table
     head = mod._llm_confirmatory_headline("llm_confirmatory")
