@@ -8,7 +8,7 @@ and changing them after a run started is a deviation that the report must name).
     python -m experiments.llm_confirmatory_2 note --text "..."   # a dated note in the log (a correction)
     nice python -m experiments.llm_confirmatory_2 run --no-start-after "2026-12-07 18:50"   # leave no run half done at a stop
     python -m experiments.llm_confirmatory_2 power         # the seeds the protocol needs, from the pilot (training games)
-    python -m experiments.llm_confirmatory_2 end --text "..."   # the 30 h cap ends the test (refused while the next run fits)
+    python -m experiments.llm_confirmatory_2 end --text "..."   # the 30 h cap ends the test (refused while the next seed's runs fit)
 
 The harness (run directories runs/llm_confirmatory_2/ARM_sSEED, the log, the kept records in
 experiments/results/llm_confirmatory_2/runs/, the report) is ``experiments/llm_test.py``'s ``LLMTest``;

@@ -12,7 +12,7 @@ docs/llm-confirmatory-2.md). Each program's commands:
     python -m experiments.PROGRAM status        # which runs finished, which started
     python -m experiments.PROGRAM note --text "..."   # a dated note in the log (a correction)
     nice python -m experiments.PROGRAM run --no-start-after "2026-12-05 14:20"   # leave no run half done at a stop
-    python -m experiments.PROGRAM end --text "..."    # a test with a compute cap: the cap ends it (refused while a run fits)
+    python -m experiments.PROGRAM end --text "..."    # a test with a compute cap: the cap ends it (refused while the next seed's runs fit)
 
 Every run is an ordinary run directory (runs/NAME/ARM_sSEED): a stopped run resumes from its newest
 checkpoint when ``run`` is called again. Every start, resume and finish is logged with its commit in
@@ -63,7 +63,8 @@ class LLMTest:
     number per contrast, for the report); title (the report's heading); exploratory (a pilot: its
     intervals are descriptive, no Holm correction and no decision word is given); cap_hours (the
     protocol's compute cap in wall hours of finished run segments, ``wall_hours``: ``end`` may end the test
-    once the next run no longer fits it, and the report then decides over the complete seeds);
+    once the runs the next run's seed needs no longer fit it, and the report then decides over the
+    complete seeds);
     planned_sd (the per-seed SD in points the protocol sized its seeds with: the report states the
     smallest effect its complete seeds see at it)."""
 
@@ -195,7 +196,7 @@ class LLMTest:
                 self.log(event="note", text=f"No run starts after {no_start_after:{DEADLINE_FORMAT}} "
                          f"(--no-start-after); {nxt}.")
                 return
-            cap = self.cap_state(out)
+            cap = self.cap_state(left)
             if cap is not None and not cap["fits"]:
                 self.log(event="note", text=f"The compute cap stops the runs: {cap['finished_hours']:.2f} h finished + "
                          f"{cap['seed_runs_left']} x {cap['expected_run_hours']:.2f} h expected (the runs seed "
@@ -253,10 +254,10 @@ class LLMTest:
         finished where ``sealed_until_complete``."""
         runs = {arm: {s: self.final(self.source(arm, s, out)) for s in self.seeds} for arm in self.arms}
         complete = [s for s in self.seeds if all(runs[a][s] is not None for a in self.arms)]
-        finished = {a: [s for s in self.seeds if runs[a][s] is not None] for a in self.arms}
         ended = ended_by_cap(_events(self.results_dir))
         if len(complete) < len(self.seeds) and self.sealed_until_complete and ended is None:
-            return self._sealed_report(finished, complete)
+            return self._sealed_report({a: [s for s in self.seeds if runs[a][s] is not None] for a in self.arms},
+                                       complete)
         contrasts = {}
         for a, b in self.primary + self.secondary:
             diffs = [100 * (runs[a][s]["final"] - runs[b][s]["final"]) for s in complete]
@@ -351,32 +352,31 @@ class LLMTest:
         lines += [event_line(e) for e in res["events"]] or ["- none yet"]
         return lines
 
-    def cap_state(self, out: Optional[Path] = None) -> Optional[dict]:
+    def cap_state(self, left: list[tuple[str, int]]) -> Optional[dict]:
         """The compute cap's accounting from the log (None without a cap): the finished hours, a run's expected
-        hours (``expected_run_hours``), the runs the next pending run's seed still needs, and whether they all
-        fit under ``cap_hours`` (finished + runs x expected <= cap): a seed the cap cannot complete is not
-        begun, since the tests leave an incomplete seed out."""
+        hours (``expected_run_hours``), the runs the next of the pending runs ``left`` (``pending``) still
+        needs for its seed, and whether they all fit under ``cap_hours`` (finished + runs x expected <= cap): a
+        seed the cap cannot complete is not begun, since the tests leave an incomplete seed out."""
         if self.cap_hours is None:
             return None
         events = _events(self.results_dir)
         done, expected = wall_hours(events)["finished_segments_hours"], expected_run_hours(events)
-        left = self.pending(out)
         k = sum(seed == left[0][1] for _, seed in left) if left else 0
         return {"cap_hours": self.cap_hours, "finished_hours": done, "expected_run_hours": expected,
                 "seed_runs_left": k, "fits": expected is None or done + k * expected <= self.cap_hours}
 
     def end(self, text: str, out: Optional[Path] = None) -> dict:
         """Log that the compute cap ends the test (an ``end`` event, with the accounting that allows it): the
-        report then decides over the complete seeds. Refused without a cap, once every run finished, or while
-        the next run still fits under the cap."""
-        cap = self.cap_state(out)
+        report then decides over the complete seeds. Refused without a cap, after an end, once every run
+        finished, or while the runs the next run's seed needs still fit under the cap."""
+        left = self.pending(out)
+        cap = self.cap_state(left)
         if cap is None:
             raise SystemExit(f"{self.name}: this test has no compute cap (LLMTest.cap_hours): nothing can end it "
                              "but its last run.")
         ended = ended_by_cap(_events(self.results_dir))
         if ended is not None:
             raise SystemExit(f"{self.name}: the compute cap already ended the test at {ended['time']}.")
-        left = self.pending(out)
         if not left:
             raise SystemExit(f"{self.name}: every run finished; the test ends by itself (run report).")
         if cap["fits"]:
@@ -392,7 +392,7 @@ class LLMTest:
         return event
 
     def status(self, out: Optional[Path] = None) -> None:
-        cap = self.cap_state(out)
+        cap = self.cap_state(self.pending(out))
         if cap is not None:
             exp = cap["expected_run_hours"]
             print(f"cap: {cap['finished_hours']:.2f} h of finished run segments of {cap['cap_hours']:.1f} h; "
