@@ -398,7 +398,7 @@ class LLMTest:
             print(f"cap: {cap['finished_hours']:.2f} h of finished run segments of {cap['cap_hours']:.1f} h; "
                   + ("no run finished yet to time the next" if exp is None else
                      f"a run is expected to take {exp:.2f} h (the last {EXPECTED_FROM} whole runs); the next run's seed "
-                     f"needs {cap['seed_runs_left']} more runs, "
+                     f"needs {count(cap['seed_runs_left'], 'more run')}, "
                      + ("which fit" if cap["fits"] else "which do not fit: `end` may end the test")))
         for seed in self.seeds:
             row = []
