@@ -394,12 +394,13 @@ class LLMTest:
     def status(self, out: Optional[Path] = None) -> None:
         cap = self.cap_state(self.pending(out))
         if cap is not None:
-            exp = cap["expected_run_hours"]
+            exp, one = cap["expected_run_hours"], cap["seed_runs_left"] == 1
+            fit = (("fits" if one else "fit") if cap["fits"] else
+                   ("does" if one else "do") + " not fit: `end` may end the test")
             print(f"cap: {cap['finished_hours']:.2f} h of finished run segments of {cap['cap_hours']:.1f} h; "
                   + ("no run finished yet to time the next" if exp is None else
                      f"a run is expected to take {exp:.2f} h (the last {EXPECTED_FROM} whole runs); the next run's seed "
-                     f"needs {count(cap['seed_runs_left'], 'more run')}, "
-                     + ("which fit" if cap["fits"] else "which do not fit: `end` may end the test")))
+                     f"needs {count(cap['seed_runs_left'], 'more run')}, which {fit}"))
         for seed in self.seeds:
             row = []
             for arm in self.arms:

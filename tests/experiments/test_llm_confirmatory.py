@@ -387,3 +387,16 @@ def test_the_runner_starts_no_run_past_the_cap(tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "run", one_run)
     t.run_each_in_a_process(tmp_path)
     assert calls == [("gated_bepo", 301)]  # then seed 302's two runs would not (the log still says 2.0 h)
+
+
+def test_status_says_whether_the_runs_the_next_seed_needs_fit(tmp_path, monkeypatch, capsys):
+    t = dataclasses.replace(_test(tmp_path), cap_hours=2.6)
+    _timed_log(t.results_dir, [0.5] * 4)  # 2.0 h finished, 0.5 h a run
+    for left, want in (([("gated_bepo", 301), ("grpo", 302)], "needs 1 more run, which fits\n"),
+                       ([("gigpo", 301), ("gated_bepo", 301)],
+                        "needs 2 more runs, which do not fit: `end` may end the test\n")):
+        monkeypatch.setattr(t, "pending", lambda out, left=left: list(left))
+        t.status(tmp_path / "runs")
+        lines = capsys.readouterr().out.splitlines(keepends=True)
+        assert lines[0].startswith("cap: 2.00 h of finished run segments of 2.6 h; a run is expected to take 0.50 h")
+        assert lines[0].endswith(want) and lines[1].startswith(f"seed {lc.SEEDS[0]}: grpo not started")
