@@ -283,10 +283,11 @@ def sealed_status(res: dict) -> str:
 
 def ended_line(ended: dict, seeds: int) -> str:
     """The report's sentence for a test the compute cap ended: when, why, and over which seeds it decides."""
+    n = ended["seed_runs_left"]
     return (f"The compute cap ended the test at {ended['time']} ({ended['finished_hours']:.1f} h of finished run "
-            f"segments; the next seed's remaining {count(ended['seed_runs_left'], 'run')} were expected to take "
-            f"{ended['expected_run_hours']:.2f} h each, past the {ended['cap_hours']:.0f} h cap; "
-            f"{ended['runs_left']} runs not run): {ended['text']} "
+            f"segments; the next seed's remaining {count(n, 'run')} {'was' if n == 1 else 'were'} expected to take "
+            f"{ended['expected_run_hours']:.2f} h{'' if n == 1 else ' each'}, past the {ended['cap_hours']:.0f} h cap; "
+            f"{count(ended['runs_left'], 'run')} not run): {ended['text']} "
             f"As the protocol fixes for that case, the decision is made over the {count(seeds, 'complete seed')}.")
 
 

@@ -3,7 +3,7 @@
 
 import re
 
-from experiments import readme_tables
+from experiments import formatting, readme_tables
 from experiments.common import ROOT
 
 
@@ -122,6 +122,9 @@ def test_the_llm_confirmatory_tables_wait_for_every_run(tmp_path, monkeypatch):
                             "the next seed's remaining 4 runs were expected to take 1.50 h each, past the 30 h cap; 4 runs not run): the machine "
                             "slowed. As the protocol fixes for that case, the decision is made over the 1 complete seed.")
     assert "**confirmed**" in table
+    one = {**ended["ended_by_cap"], "seed_runs_left": 1, "runs_left": 1}
+    assert "the next seed's remaining 1 run was expected to take 1.50 h, past the 30 h cap; 1 run not run)" in (
+        formatting.ended_line(one, 1))
     head = mod._llm_confirmatory_headline("llm_confirmatory")
     assert head[0].endswith("the compute cap ended it with 1 of 2 seeds complete (2026-12-09 10:00:00); Holm's "
                             "decisions over those seeds:") and "**+4.0 +- 3.0**" in head[2]
