@@ -394,7 +394,8 @@ def test_status_says_whether_the_runs_the_next_seed_needs_fit(tmp_path, monkeypa
     _timed_log(t.results_dir, [0.5] * 4)  # 2.0 h finished, 0.5 h a run
     for left, want in (([("gated_bepo", 301), ("grpo", 302)], "needs 1 more run, which fits\n"),
                        ([("gigpo", 301), ("gated_bepo", 301)],
-                        "needs 2 more runs, which do not fit: `end` may end the test\n")):
+                        "needs 2 more runs, which do not fit: `end` may end the test\n"),
+                       ([], "; every run finished: the test ends by itself (run report)\n")):
         monkeypatch.setattr(t, "pending", lambda out, left=left: list(left))
         t.status(tmp_path / "runs")
         lines = capsys.readouterr().out.splitlines(keepends=True)
