@@ -397,7 +397,9 @@ class LLMTest:
             exp, one = cap["expected_run_hours"], cap["seed_runs_left"] == 1
             fit = (("fits" if one else "fit") if cap["fits"] else
                    ("does" if one else "do") + " not fit: `end` may end the test")
-            nxt = ("every run finished: the test ends by itself (run report)" if not cap["seed_runs_left"] else
+            ended = ended_by_cap(_events(self.results_dir))
+            nxt = (f"the compute cap ended the test at {ended['time']}: no run starts (run report)" if ended else
+                   "every run finished: the test ends by itself (run report)" if not cap["seed_runs_left"] else
                    f"the next run's seed needs {count(cap['seed_runs_left'], 'more run')}, which {fit}")
             print(f"cap: {cap['finished_hours']:.2f} h of finished run segments of {cap['cap_hours']:.1f} h; "
                   + ("no run finished yet to time the next" if exp is None else
