@@ -401,7 +401,7 @@ def test_status_says_whether_the_runs_the_next_seed_needs_fit(tmp_path, monkeypa
         lines = capsys.readouterr().out.splitlines(keepends=True)
         assert lines[0].startswith("cap: 2.00 h of finished run segments of 2.6 h; a run is expected to take 0.50 h")
         assert lines[0].endswith(want) and lines[1].startswith(f"seed {lc.SEEDS[0]}: grpo not started")
-    # after the cap's end, no run starts, however the seed's runs would fit now
+    # after the cap's end, status says the test ended (no run starts), not whether the seed's runs fit
     monkeypatch.setattr(t, "pending", lambda out: [("gigpo", 301), ("gated_bepo", 301)])
     t.log(event="end", text="the cap")
     t.status(tmp_path / "runs")
