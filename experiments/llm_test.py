@@ -355,15 +355,17 @@ class LLMTest:
     def cap_state(self, left: list[tuple[str, int]]) -> Optional[dict]:
         """The compute cap's accounting from the log (None without a cap): the finished hours, a run's expected
         hours (``expected_run_hours``), the runs the next of the pending runs ``left`` (``pending``) still
-        needs for its seed, and whether they all fit under ``cap_hours`` (finished + runs x expected <= cap): a
-        seed the cap cannot complete is not begun, since the tests leave an incomplete seed out."""
+        needs for its seed, whether they all fit under ``cap_hours`` (finished + runs x expected <= cap): a
+        seed the cap cannot complete is not begun, since the tests leave an incomplete seed out; and the log's
+        ``end`` event (``ended``), or None."""
         if self.cap_hours is None:
             return None
         events = _events(self.results_dir)
         done, expected = wall_hours(events)["finished_segments_hours"], expected_run_hours(events)
         k = sum(seed == left[0][1] for _, seed in left) if left else 0
         return {"cap_hours": self.cap_hours, "finished_hours": done, "expected_run_hours": expected,
-                "seed_runs_left": k, "fits": expected is None or done + k * expected <= self.cap_hours}
+                "seed_runs_left": k, "fits": expected is None or done + k * expected <= self.cap_hours,
+                "ended": ended_by_cap(events)}
 
     def end(self, text: str, out: Optional[Path] = None) -> dict:
         """Log that the compute cap ends the test (an ``end`` event, with the accounting that allows it): the
@@ -374,9 +376,8 @@ class LLMTest:
         if cap is None:
             raise SystemExit(f"{self.name}: this test has no compute cap (LLMTest.cap_hours): nothing can end it "
                              "but its last run.")
-        ended = ended_by_cap(_events(self.results_dir))
-        if ended is not None:
-            raise SystemExit(f"{self.name}: the compute cap already ended the test at {ended['time']}.")
+        if cap["ended"] is not None:
+            raise SystemExit(f"{self.name}: the compute cap already ended the test at {cap['ended']['time']}.")
         if not left:
             raise SystemExit(f"{self.name}: every run finished; the test ends by itself (run report).")
         if cap["fits"]:
@@ -397,7 +398,7 @@ class LLMTest:
             exp, one = cap["expected_run_hours"], cap["seed_runs_left"] == 1
             fit = (("fits" if one else "fit") if cap["fits"] else
                    ("does" if one else "do") + " not fit: `end` may end the test")
-            ended = ended_by_cap(_events(self.results_dir))
+            ended = cap["ended"]
             nxt = (f"the compute cap ended the test at {ended['time']}: no run starts (run report)" if ended else
                    "every run finished: the test ends by itself (run report)" if not cap["seed_runs_left"] else
                    f"the next run's seed needs {count(cap['seed_runs_left'], 'more run')}, which {fit}")
